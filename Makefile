@@ -1,0 +1,76 @@
+# Thin wrapper over scripts/install-deps.sh and the CMake presets (CMakePresets.json). Every target
+# installs what is missing, configures, builds and runs.
+#   make demo | test | bench | asan | tsan | format | format-check | clean
+# Variables: JOBS (parallel build and test jobs; default: all cores), WERROR=ON (turn compiler
+# warnings into errors, as CI does), CMAKE_ARGS (extra configure arguments).
+
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+WERROR ?= OFF
+CMAKE_ARGS ?=
+
+# Lets builds of several clones share one ccache (the release build has no -g, so paths in debug
+# info do not get in the way).
+export CCACHE_BASEDIR ?= $(CURDIR)
+
+configure = cmake --preset $(1) -DCMAKE_COMPILE_WARNING_AS_ERROR=$(WERROR) $(CMAKE_ARGS)
+build = cmake --build --preset $(1) -j $(JOBS)
+test = ctest --preset $(1) -j $(JOBS)
+
+.DEFAULT_GOAL := help
+.PHONY: help deps deps-bench demo test bench asan tsan format format-check clean
+
+help:
+	@echo "kiln -- make targets:"
+	@echo "  make demo          build (release) and run examples/linear_regression"
+	@echo "  make test          build (release) and run all tests"
+	@echo "  make bench         build (release, KILN_BENCH=ON) and run all benchmarks"
+	@echo "  make asan          build with AddressSanitizer + UBSan and run all tests"
+	@echo "  make tsan          build with ThreadSanitizer and run all tests"
+	@echo "  make format        clang-format every .h/.cpp in place"
+	@echo "  make format-check  fail if a .h/.cpp is not clang-formatted"
+	@echo "  make clean         remove build/"
+	@echo "Each installs missing Debian packages first (scripts/install-deps.sh)."
+	@echo "Variables: JOBS=$(JOBS) WERROR=$(WERROR) CMAKE_ARGS=$(CMAKE_ARGS)"
+
+deps:
+	scripts/install-deps.sh
+
+deps-bench:
+	scripts/install-deps.sh --bench
+
+demo: deps
+	$(call configure,release)
+	$(call build,release) --target linear_regression
+	build/release/examples/linear_regression
+
+test: deps
+	$(call configure,release)
+	$(call build,release)
+	$(call test,release)
+
+bench: deps-bench
+	$(call configure,release) -DKILN_BENCH=ON
+	$(call build,release)
+	$(call build,release) --target run_benchmarks
+
+asan: deps
+	$(call configure,asan)
+	$(call build,asan)
+	$(call test,asan)
+
+tsan: deps
+	$(call configure,tsan)
+	$(call build,tsan)
+	$(call test,tsan)
+
+SOURCES = find . \( -path './build*' -o -path './.*' \) -prune -o \
+	-type f \( -name '*.h' -o -name '*.cpp' \) -print0
+
+format:
+	$(SOURCES) | xargs -0 -r clang-format -i
+
+format-check:
+	$(SOURCES) | xargs -0 -r clang-format --dry-run -Werror
+
+clean:
+	rm -rf build

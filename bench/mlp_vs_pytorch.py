@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Forward + backward of a 784-512-512-10 MLP at batch 128: kiln (bench/core/mlp_bench.cpp) and
+PyTorch (Debian's python3-torch) on the same shapes and the same number of threads, side by side.
+
+usage: bench/mlp_vs_pytorch.py [--build build/release] [--threads 2]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def torch_times(threads, repeats=50):
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+    )
+    x = torch.randn(128, 784)
+    y = torch.randint(0, 10, (128,))
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def fwd():
+        with torch.no_grad():
+            return loss_fn(model(x), y)
+
+    def fwd_bwd():
+        model.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        return loss
+
+    out = {}
+    for name, fn in (("forward", fwd), ("forward_backward", fwd_bwd)):
+        for _ in range(5):
+            fn()
+        samples = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t) * 1e3)
+        out[name] = statistics.median(samples)
+    return out, torch.__version__
+
+
+def kiln_times(build, threads):
+    exe = os.path.join(build, "bench", "mlp_bench")
+    if not os.path.exists(exe):
+        sys.exit(f"{exe} not found: build with `make bench` (or -DKILN_BENCH=ON) first")
+    env = dict(os.environ, KILN_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    res = subprocess.run(
+        [exe, "--benchmark_format=json", "--benchmark_repetitions=5", "--benchmark_report_aggregates_only=true"],
+        env=env, check=True, capture_output=True, text=True,
+    )
+    data = json.loads(res.stdout)
+    out = {}
+    for b in data["benchmarks"]:
+        if b.get("aggregate_name") != "median":
+            continue
+        name = b["run_name"].replace("BM_kiln_mlp_", "").split("/")[0]
+        out[name] = b["real_time"] if b["time_unit"] == "ms" else b["real_time"] / 1e6
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build/release")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    k = kiln_times(args.build, args.threads)
+    t, version = torch_times(args.threads)
+    print(f"MLP 784-512-512-10, batch 128, {args.threads} threads; PyTorch {version}; medians in ms")
+    print(f"{'':18s}{'kiln':>10s}{'PyTorch':>10s}{'kiln/PyTorch':>14s}")
+    for name in ("forward", "forward_backward"):
+        print(f"{name:18s}{k[name]:10.3f}{t[name]:10.3f}{k[name] / t[name]:14.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+#include "kiln/core/allocator.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+namespace {
+
+constexpr size_t kAlign = 64;  // a cache line; also what AVX-512 loads like
+
+// Sizes round up to a power of two below 1 MiB and to 64 KiB above, so freed blocks are reused
+// by later requests of nearly the same size without wasting more than ~6% on big buffers.
+size_t round_size(size_t n) {
+  if (n == 0) n = 1;
+  if (n <= (size_t{1} << 20)) {
+    size_t s = kAlign;
+    while (s < n) s <<= 1;
+    return s;
+  }
+  constexpr size_t kPage = size_t{1} << 16;
+  return (n + kPage - 1) / kPage * kPage;
+}
+
+class CachingAllocator {
+ public:
+  void* allocate(size_t bytes) {
+    {
+      std::lock_guard lock(mu_);
+      auto it = free_.find(bytes);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cache_ -= bytes;
+        add_active(bytes);
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(kAlign, bytes);
+    if (!p) {
+      clear();
+      p = std::aligned_alloc(kAlign, bytes);
+      if (!p) throw DeviceError::of("allocate", "out of memory", "{} bytes requested", bytes);
+    }
+    std::lock_guard lock(mu_);
+    add_active(bytes);
+    return p;
+  }
+
+  void release(void* p, size_t bytes) {
+    std::lock_guard lock(mu_);
+    active_ -= bytes;
+    if (cache_ + bytes > limit_) {
+      std::free(p);
+      return;
+    }
+    free_[bytes].push_back(p);
+    cache_ += bytes;
+  }
+
+  void clear() {
+    std::lock_guard lock(mu_);
+    for (auto& [size, blocks] : free_)
+      for (void* p : blocks) std::free(p);
+    free_.clear();
+    cache_ = 0;
+  }
+
+  MemoryStats stats() {
+    std::lock_guard lock(mu_);
+    return {active_, peak_, cache_};
+  }
+  void reset_peak() {
+    std::lock_guard lock(mu_);
+    peak_ = active_;
+  }
+  size_t set_limit(size_t n) {
+    std::lock_guard lock(mu_);
+    const size_t old = limit_;
+    limit_ = n;
+    return old;
+  }
+
+ private:
+  void add_active(size_t bytes) {
+    active_ += bytes;
+    if (active_ > peak_) peak_ = active_;
+  }
+  std::mutex mu_;  // guards everything below
+  std::map<size_t, std::vector<void*>> free_;
+  size_t active_ = 0, peak_ = 0, cache_ = 0;
+  size_t limit_ = size_t{4} << 30;
+};
+
+CachingAllocator& allocator() {
+  static auto* a = new CachingAllocator;  // never destroyed: buffers may die after main returns
+  return *a;
+}
+
+}  // namespace
+
+MemoryStats memory_stats() { return allocator().stats(); }
+void reset_peak_memory() { allocator().reset_peak(); }
+void clear_cache() { allocator().clear(); }
+size_t set_cache_limit(size_t bytes) { return allocator().set_limit(bytes); }
+
+namespace detail {
+Buffer::Buffer(size_t bytes) : ptr_(nullptr), bytes_(round_size(bytes)) { ptr_ = allocator().allocate(bytes_); }
+Buffer::~Buffer() { allocator().release(ptr_, bytes_); }
+std::shared_ptr<Buffer> allocate(size_t bytes) { return std::make_shared<Buffer>(bytes); }
+}  // namespace detail
+
+}  // namespace kiln

@@ -1,0 +1,34 @@
+#pragma once
+// Branch-free float32 math that GCC vectorizes (glibc's scalar expf does not), so exp-bound loops
+// run near memory speed. The library is built with -fno-trapping-math, without which GCC will not
+// turn the float selections below into vector code. Accuracy: within 1 ulp of std::exp (checked
+// at every 1e-4 step over [-103, 88.7]); NaN, +-inf and under/overflow handled.
+#include <bit>
+#include <cstdint>
+
+namespace kiln::detail {
+
+inline float exp_f32(float x) {
+  const float lo = x < -104.0f ? -104.0f : x;
+  const float c = lo > 88.8f ? 88.8f : lo;
+  // n = round(c / ln2) by the 1.5 * 2^23 trick (no SSE4.1 round instruction needed).
+  const float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  // Cody-Waite reduction: r = c - n * ln2 in two parts, so r keeps full precision.
+  const float r = (c - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float e = p * r * r + r + 1.0f;
+  // 2^n in two factors so n = 128 (near FLT_MAX) and n = -150 (subnormal results) stay representable.
+  const int32_t ni = static_cast<int32_t>(n);
+  const int32_t h = ni >> 1;
+  const float v = e * std::bit_cast<float>((h + 127) << 23) * std::bit_cast<float>((ni - h + 127) << 23);
+  const float over = x > 88.8f ? __builtin_inff() : v;
+  const float under = x < -104.0f ? 0.0f : over;
+  return x != x ? x : under;
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,15 @@
+#pragma once
+// Matrix products through OpenBLAS.
+#include "kiln/core/array.h"
+
+namespace kiln {
+
+/// Matrix product with NumPy semantics: 1-d operands are promoted to matrices and back, batch
+/// dimensions broadcast. float32/float64 use sgemm/dgemm; float16/bfloat16 compute in float32;
+/// integer inputs compute in float32. Throws ShapeError if the inner dimensions differ.
+Array matmul(const Array& a, const Array& b, StreamOrDevice s = {});
+/// beta * c + alpha * (a @ b), with c broadcast to the product's shape.
+Array addmm(const Array& c, const Array& a, const Array& b, float alpha = 1.0f, float beta = 1.0f,
+            StreamOrDevice s = {});
+
+}  // namespace kiln

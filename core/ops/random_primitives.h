@@ -1,0 +1,157 @@
+#pragma once
+// Random primitives: counter-based generation with threefry-2x32 (internal header; tests use it for
+// the known-answer vectors and the batching rule).
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <tuple>
+
+#include "kiln/core/primitive.h"
+
+namespace kiln::detail {
+
+using Threefry2x32 = std::array<uint32_t, 2>;
+
+/// Threefry-2x32 with 20 rounds (Salmon et al., SC'11), the hash behind JAX's threefry2x32 and
+/// Random123's threefry2x32_20.
+constexpr Threefry2x32 threefry2x32(Threefry2x32 key, Threefry2x32 counter) {
+  constexpr int kRotations[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
+  const uint32_t ks[3] = {key[0], key[1], key[0] ^ key[1] ^ 0x1BD11BDAu};
+  uint32_t x0 = counter[0] + ks[0], x1 = counter[1] + ks[1];
+  for (int i = 0; i < 5; ++i) {
+    for (int r : kRotations[i % 2]) {
+      x0 += x1;
+      x1 = std::rotl(x1, r);
+      x1 ^= x0;
+    }
+    x0 += ks[(i + 1) % 3];
+    x1 += ks[(i + 2) % 3] + static_cast<uint32_t>(i + 1);
+  }
+  return {x0, x1};
+}
+
+/// The threefry block of element `index` of a stream: the counter is the 64-bit index split into
+/// (high, low) words, as JAX's partitionable threefry does (jax_threefry_partitionable).
+constexpr Threefry2x32 threefry_block(Threefry2x32 key, uint64_t index) {
+  return threefry2x32(key, {static_cast<uint32_t>(index >> 32), static_cast<uint32_t>(index)});
+}
+
+/// Base of the random primitives. Input 0 holds keys of shape (batch..., 2); every key yields one
+/// sample of D::sample_shape(), so the output shape is batch + sample shape. Public ops pass one
+/// key; the batch dimensions come from vmap. D provides the params, `sample_shape()`,
+/// `out_dtype()`, and `fill(key, out, begin, end)` writing elements [begin, end) of one sample,
+/// each a function of (key, element index) only, so any split of the work gives the same bits.
+/// D may set kSequential when a sample must be filled in one call (a shuffle).
+template <class D>
+class RandomOp : public PrimitiveWithParams<D> {
+ public:
+  using PrimitiveWithParams<D>::PrimitiveWithParams;
+
+  uint32_t traits() const override { return static_cast<uint32_t>(Trait::random); }
+  std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    return {out_shape(in[0].shape())};
+  }
+  Shape out_shape(const Shape& key_shape) const {
+    Shape s(key_shape.begin(), key_shape.end() - 1);
+    const Shape sample = self().sample_shape();
+    s.insert(s.end(), sample.begin(), sample.end());
+    return s;
+  }
+  /// This primitive (same parameters) applied to `keys` of shape (batch..., 2).
+  Array apply(const Array& keys) const {
+    auto p = std::apply([&](const auto&... v) { return std::make_shared<D>(this->stream(), v...); },
+                        self().params());
+    return Array::make(out_shape(keys.shape()), self().out_dtype(), std::move(p), {keys});
+  }
+
+  void eval_cpu(std::span<const Array> in, std::span<Array> out) const override;
+
+  std::vector<Array> vjp(const VjpArgs& a) const override;
+  std::vector<Array> jvp(const JvpArgs& a) const override;
+  VmapResult vmap(const VmapArgs& a) const override;
+
+ private:
+  const D& self() const { return static_cast<const D&>(*this); }
+};
+
+/// Raw uint32 bits: element i is x0 ^ x1 of threefry(key, i) (JAX's 32-bit random_bits).
+class RandomBits final : public RandomOp<RandomBits> {
+ public:
+  RandomBits(Stream s, Shape shape) : RandomOp(s), shape_(std::move(shape)) {}
+  const char* name() const override { return "RandomBits"; }
+  auto params() const { return std::tie(shape_); }
+  const Shape& sample_shape() const { return shape_; }
+  Dtype out_dtype() const { return uint32; }
+  void fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const;
+
+ private:
+  const Shape shape_;
+};
+
+/// `num` keys, shape (num, 2): row i is both words of threefry(key, i) (JAX's fold-like split).
+class RandomKeys final : public RandomOp<RandomKeys> {
+ public:
+  RandomKeys(Stream s, int64_t num) : RandomOp(s), num_(num) {}
+  const char* name() const override { return "RandomKeys"; }
+  auto params() const { return std::tie(num_); }
+  Shape sample_shape() const { return {num_, 2}; }
+  Dtype out_dtype() const { return uint32; }
+  void fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const;
+
+ private:
+  const int64_t num_;
+};
+
+/// Floats uniform on [low, high) in `dtype`: the mantissa trick on 32 bits (64 for float64), then
+/// low + (high - low) * u, clamped to [low, the largest dtype value below high].
+class RandomUniform final : public RandomOp<RandomUniform> {
+ public:
+  RandomUniform(Stream s, Shape shape, Dtype dtype, double low, double high)
+      : RandomOp(s), shape_(std::move(shape)), dtype_(dtype), low_(low), high_(high) {}
+  const char* name() const override { return "RandomUniform"; }
+  auto params() const { return std::tie(shape_, dtype_, low_, high_); }
+  const Shape& sample_shape() const { return shape_; }
+  Dtype out_dtype() const { return dtype_; }
+  void fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const;
+
+ private:
+  const Shape shape_;
+  const Dtype dtype_;
+  const double low_, high_;
+};
+
+/// Integers uniform on [low, high) in an integer `dtype`, from 64 bits per element by
+/// multiply-high (Lemire): the bias is below (high - low) / 2^64.
+class RandomInt final : public RandomOp<RandomInt> {
+ public:
+  RandomInt(Stream s, Shape shape, Dtype dtype, int64_t low, int64_t high)
+      : RandomOp(s), shape_(std::move(shape)), dtype_(dtype), low_(low), high_(high) {}
+  const char* name() const override { return "RandomInt"; }
+  auto params() const { return std::tie(shape_, dtype_, low_, high_); }
+  const Shape& sample_shape() const { return shape_; }
+  Dtype out_dtype() const { return dtype_; }
+  void fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const;
+
+ private:
+  const Shape shape_;
+  const Dtype dtype_;
+  const int64_t low_, high_;
+};
+
+/// A permutation of 0..n-1 (int32) by a Fisher-Yates shuffle whose i-th swap index comes from
+/// threefry(key, i) by multiply-high: exact, O(n), no sort.
+class RandomPermutation final : public RandomOp<RandomPermutation> {
+ public:
+  static constexpr bool kSequential = true;
+  RandomPermutation(Stream s, int64_t n) : RandomOp(s), n_(n) {}
+  const char* name() const override { return "RandomPermutation"; }
+  auto params() const { return std::tie(n_); }
+  Shape sample_shape() const { return {n_}; }
+  Dtype out_dtype() const { return int32; }
+  void fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const;
+
+ private:
+  const int64_t n_;
+};
+
+}  // namespace kiln::detail

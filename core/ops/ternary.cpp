@@ -1,0 +1,110 @@
+#include "kiln/core/ops/ternary.h"
+
+#include "kiln/core/ops/elementwise_impl.h"
+
+namespace kiln {
+namespace detail {
+namespace {
+
+class Where final : public PrimitiveWithParams<Where> {
+ public:
+  using PrimitiveWithParams::PrimitiveWithParams;
+  const char* name() const override { return "Where"; }
+  auto params() const { return std::tuple<>(); }
+  uint32_t traits() const override { return static_cast<uint32_t>(Trait::elementwise); }
+  std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    return {broadcast_shapes("where", {in[0].shape(), in[1].shape(), in[2].shape()})};
+  }
+  void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
+    Array& o = out[0];
+    allocate_or_donate(o, {&in[1], &in[2]});
+    const Strides sc = broadcast_strides(in[0].shape(), in[0].strides(), o.shape());
+    const Strides sx = broadcast_strides(in[1].shape(), in[1].strides(), o.shape());
+    const Strides sy = broadcast_strides(in[2].shape(), in[2].strides(), o.shape());
+    const auto l = collapse<4>(o.shape(), {&o.strides(), &sc, &sx, &sy});
+    const bool* c = in[0].strided_data<bool>();
+    visit_dtype<kAllTypes>(o.dtype(), "where", [&](auto t) {
+      using T = typename decltype(t)::type;
+      const T* x = in[1].strided_data<T>();
+      const T* y = in[2].strided_data<T>();
+      T* r = o.strided_data<T>();
+      const int64_t inner = l.shape.back();
+      parallel_for(row_count(l), std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(inner, 1)),
+                   [&](int64_t rb, int64_t re) {
+                     for_each_row(l, rb, re, [&](const auto& off, int64_t n, const auto& st) {
+                       for (int64_t i = 0; i < n; ++i)
+                         r[off[0] + i * st[0]] =
+                             c[off[1] + i * st[1]] ? x[off[2] + i * st[2]] : y[off[3] + i * st[3]];
+                     });
+                   });
+    });
+  }
+  std::vector<Array> vjp(const VjpArgs& a) const override {
+    const Array &c = a.primals[0], &g = a.cotangents[0];
+    std::vector<Array> out;
+    for (int arg : a.argnums) {
+      if (arg == 0)
+        out.push_back(zeros_like(c, stream()));
+      else if (arg == 1)
+        out.push_back(sum_to_shape(where(c, g, 0, stream()), a.primals[1].shape(), stream()));
+      else
+        out.push_back(sum_to_shape(where(c, 0, g, stream()), a.primals[2].shape(), stream()));
+    }
+    return out;
+  }
+  std::vector<Array> jvp(const JvpArgs& a) const override {
+    const Array& c = a.primals[0];
+    const Shape shape = output_shapes(a.primals)[0];
+    Array tx = zeros(shape, a.primals[1].dtype(), stream()), ty = tx;
+    for (size_t i = 0; i < a.argnums.size(); ++i) {
+      if (a.argnums[i] == 1) tx = a.tangents[i];
+      if (a.argnums[i] == 2) ty = a.tangents[i];
+    }
+    return {where(c, tx, ty, stream())};
+  }
+  VmapResult vmap(const VmapArgs& a) const override {
+    int r = 0;
+    for (int i = 0; i < 3; ++i) r = std::max(r, a.inputs[i].ndim() - (a.axes[i] >= 0));
+    std::vector<Array> in;
+    for (int i = 0; i < 3; ++i) {
+      Array v = a.inputs[i];
+      if (a.axes[i] >= 0) {
+        v = moveaxis(v, a.axes[i], 0, stream());
+        Shape sh = v.shape();
+        const int ri = v.ndim() - 1;
+        if (ri != r) {
+          sh.insert(sh.begin() + 1, r - ri, 1);
+          v = reshape(v, sh, stream());
+        }
+      }
+      in.push_back(v);
+    }
+    return {{where(in[0], in[1], in[2], stream())}, {0}};
+  }
+};
+
+}  // namespace
+}  // namespace detail
+
+Array where(const Operand& condition, const Operand& x, const Operand& y, StreamOrDevice s) {
+  for (const Operand* o : {&condition, &x, &y})
+    if (!o->is_scalar() && !o->array().valid())
+      throw ValueError::of("where", "an operand is an empty (default-constructed) array");
+  const Dtype t = result_type({&x, &y});
+  Array c = condition.to_array(bool_, s), a = x.to_array(t, s), b = y.to_array(t, s);
+  Shape shape = broadcast_shapes("where", {c.shape(), a.shape(), b.shape()});
+  return Array::make(std::move(shape), t, std::make_shared<detail::Where>(to_stream(s)),
+                     {std::move(c), std::move(a), std::move(b)});
+}
+
+Array clip(const Array& a, const std::optional<Operand>& lo, const std::optional<Operand>& hi,
+           StreamOrDevice s) {
+  if (!a.valid()) throw ValueError::of("clip", "the array is empty (default-constructed)");
+  if (!lo && !hi) throw ValueError::of("clip", "at least one of lo and hi must be given");
+  Array out = a;
+  if (lo) out = maximum(out, *lo, s);
+  if (hi) out = minimum(out, *hi, s);
+  return out;
+}
+
+}  // namespace kiln

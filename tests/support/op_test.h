@@ -1,0 +1,41 @@
+#pragma once
+// Shared test harness: random inputs from fixed seeds, comparisons against float64 references,
+// and finite-difference checks of vjp in float64 (Flashlight's jacobianTestImpl, made generic).
+#include <functional>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+namespace kiln::test {
+
+using Fn = std::function<Array(const std::vector<Array>&)>;
+
+/// Uniform values on [lo, hi) from a fixed seed (std::mt19937_64; independent of kiln's random).
+std::vector<double> random_values(int64_t n, uint64_t seed, double lo = -1.0, double hi = 1.0);
+/// An evaluated array of random values converted to `dtype`.
+Array random_array(const Shape& shape, Dtype dtype, uint64_t seed, double lo = -1.0, double hi = 1.0);
+/// Values of `a` as doubles in row-major order.
+std::vector<double> values(const Array& a);
+
+/// Default tolerances for comparing a result of `dtype` against a float64 reference.
+struct Tolerance {
+  double rtol, atol;
+};
+Tolerance tolerance(Dtype dtype);
+
+/// EXPECT that actual (any dtype/layout) matches expected within |a - e| <= atol + rtol * |e|;
+/// NaNs must match NaNs and infinities must match exactly.
+void expect_close(const Array& actual, const std::vector<double>& expected, double rtol, double atol);
+void expect_close(const Array& actual, const std::vector<double>& expected);  // tolerance(actual.dtype())
+void expect_close(const Array& actual, const Array& expected, double rtol, double atol);
+
+/// Checks fn's vjp against central finite differences in float64. The inputs are converted to
+/// float64 (integer inputs are left alone and not checked); the scalar checked is
+/// sum(fn(x) * u) for a random cotangent u. At most `max_elements` entries per input are probed.
+void check_vjp(const Fn& fn, const std::vector<Array>& inputs, double eps = 1e-6, double tol = 1e-6,
+               int max_elements = 48);
+/// Checks the vjp of fn's gradient (grad of grad) by finite differences of the first-order gradient.
+void check_second_order(const Fn& fn, const std::vector<Array>& inputs, double eps = 1e-5, double tol = 1e-5,
+                        int max_elements = 24);
+
+}  // namespace kiln::test
