@@ -11,6 +11,9 @@ CMAKE_ARGS ?=
 # Lets builds of several clones share one ccache (the release build has no -g, so paths in debug
 # info do not get in the way).
 export CCACHE_BASEDIR ?= $(CURDIR)
+# Sanitizer builds carry -g; without this the build directory is hashed and a fresh clone (as in
+# CI) misses the cache. Debug info then names the directory that first built the object.
+export CCACHE_NOHASHDIR ?= 1
 
 configure = cmake --preset $(1) -DCMAKE_COMPILE_WARNING_AS_ERROR=$(WERROR) $(CMAKE_ARGS)
 build = cmake --build --preset $(1) -j $(JOBS)
