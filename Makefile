@@ -55,6 +55,7 @@ bench: deps-bench
 	$(call configure,release) -DKILN_BENCH=ON
 	$(call build,release)
 	$(call build,release) --target run_benchmarks
+	/usr/bin/python3 bench/mlp_vs_pytorch.py --build build/release --threads 2
 
 asan: deps
 	$(call configure,asan)

@@ -1,8 +1,9 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Forward + backward of a 784-512-512-10 MLP at batch 128: kiln (bench/core/mlp_bench.cpp) and
 PyTorch (Debian's python3-torch) on the same shapes and the same number of threads, side by side.
 
-usage: bench/mlp_vs_pytorch.py [--build build/release] [--threads 2]
+usage: /usr/bin/python3 bench/mlp_vs_pytorch.py (Debian's python, which has python3-torch)
+      bench/mlp_vs_pytorch.py [--build build/release] [--threads 2]
 """
 import argparse
 import json

@@ -1,5 +1,6 @@
 #pragma once
 // Devices and streams. A stream is a queue of work on one device; streams are not tied to threads.
+#include <cstdint>
 #include <ostream>
 #include <variant>
 

@@ -1,5 +1,7 @@
 #pragma once
-// Function transforms: reverse-mode autodiff (vjp, grad, value_and_grad).
+// Function transforms: reverse mode (vjp, grad, value_and_grad), forward mode (jvp) and
+// batching (vmap). They compose in any order and depth: vmap(grad(f)) gives per-example
+// gradients, jvp(grad(f)) Hessian-vector products.
 #include <functional>
 #include <utility>
 #include <vector>
@@ -29,5 +31,19 @@ std::function<std::pair<Array, Array>(const Array&)> value_and_grad(ScalarFn fn)
 ArrayFn grad(ArrayFn fn, std::vector<int> argnums = {0});
 /// d fn / d x for a scalar-valued fn of one array; composes (grad(grad(f)) is the second derivative).
 ScalarFn grad(ScalarFn fn);
+
+/// Runs `fn` on `primals` and pushes `tangents` (one per primal, same shapes) forward through it.
+/// Returns {outputs, tangents of the outputs}. Throws ShapeError if a tangent's shape differs.
+std::pair<std::vector<Array>, std::vector<Array>> jvp(const ArrayFn& fn, const std::vector<Array>& primals,
+                                                      const std::vector<Array>& tangents);
+
+/// Vectorizes `fn` over a batch axis: in_axes[i] (>= 0) is the batched axis of input i (-1: not batched,
+/// shared by every example); out_axes[j] is where output j's batch axis goes. Empty in_axes means 0
+/// for every input; empty out_axes means 0 for every output. Nested vmaps work. Throws ValueError
+/// if the batched inputs disagree on the batch size, NotImplemented naming the primitive when a
+/// primitive has no batching rule.
+ArrayFn vmap(ArrayFn fn, std::vector<int> in_axes = {}, std::vector<int> out_axes = {});
+/// Single-array form.
+ScalarFn vmap(ScalarFn fn, int in_axis = 0, int out_axis = 0);
 
 }  // namespace kiln

@@ -8,80 +8,10 @@
 #include "kiln/core/ops/creation.h"
 #include "kiln/core/primitive.h"
 #include "kiln/core/transforms.h"
+#include "kiln/core/transforms/trace.h"
 
 namespace kiln {
 namespace detail {
-namespace {
-
-// The node a transform traces from: a view of the primal, so the walk can stop exactly here.
-class TraceInput final : public PrimitiveWithParams<TraceInput> {
- public:
-  using PrimitiveWithParams::PrimitiveWithParams;
-  const char* name() const override { return "TraceInput"; }
-  auto params() const { return std::tuple<>(); }
-  std::vector<Shape> output_shapes(std::span<const Array> in) const override { return {in[0].shape()}; }
-  void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
-    out[0].set_view(in[0], in[0].strides(), 0);
-  }
-  std::vector<Array> vjp(const VjpArgs& a) const override { return {a.cotangents[0]}; }
-  std::vector<Array> jvp(const JvpArgs& a) const override { return {a.tangents[0]}; }
-  VmapResult vmap(const VmapArgs& a) const override { return {{a.inputs[0]}, {a.axes[0]}}; }
-};
-
-Array make_tracer(const Array& p) {
-  if (!p.valid()) throw ValueError::of("vjp", "a primal is an empty (default-constructed) array");
-  Array t = Array::make(p.shape(), p.dtype(), std::make_shared<TraceInput>(default_stream(Device::cpu)), {p});
-  t.node().tracer = true;
-  return t;
-}
-
-// One traced node, with its inputs and primitive read once (they sit behind the node's lock).
-struct TapeEntry {
-  Array array;
-  std::vector<Array> inputs;
-  std::shared_ptr<const Primitive> primitive;
-};
-
-// Post-order DFS from the outputs, in topological order (inputs before consumers). Stops at the
-// primals' tracers and at leaves (no primitive).
-std::vector<TapeEntry> build_tape(const std::vector<Array>& outputs,
-                                  const std::unordered_set<const ArrayNode*>& primals) {
-  std::vector<TapeEntry> tape;
-  std::unordered_set<const ArrayNode*> seen;
-  struct Frame {
-    TapeEntry entry;
-    bool expanded;
-  };
-  std::vector<Frame> stack;
-  for (const Array& o : outputs) stack.push_back({{o, {}, nullptr}, false});
-  while (!stack.empty()) {
-    if (stack.back().expanded) {
-      tape.push_back(std::move(stack.back().entry));
-      stack.pop_back();
-      continue;
-    }
-    Frame f = std::move(stack.back());
-    stack.pop_back();
-    if (!seen.insert(&f.entry.array.node()).second) continue;
-    const bool is_primal = primals.count(&f.entry.array.node()) > 0;
-    if (!is_primal) {
-      std::lock_guard lock(f.entry.array.node().lock);
-      f.entry.inputs = f.entry.array.node().inputs;
-      f.entry.primitive = f.entry.array.node().primitive;
-    }
-    f.expanded = true;
-    stack.push_back(std::move(f));
-    // Indexed, not by reference: pushing may move the frame.
-    const size_t top = stack.size() - 1;
-    for (size_t i = stack[top].entry.inputs.size(); i-- > 0;) {
-      Array in = stack[top].entry.inputs[i];
-      if (!seen.count(&in.node())) stack.push_back({{std::move(in), {}, nullptr}, false});
-    }
-  }
-  return tape;
-}
-
-}  // namespace
 
 /// vjp with cotangents seeded for the first `seeded` outputs only (the rest are auxiliary).
 std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(
@@ -91,7 +21,7 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(
   std::vector<Array> tracers;
   std::unordered_set<const ArrayNode*> primal_set;
   for (const Array& p : primals) {
-    tracers.push_back(make_tracer(p));
+    tracers.push_back(make_tracer(p, "vjp"));
     primal_set.insert(&tracers.back().node());
   }
   std::vector<Array> outputs = fn(tracers);
@@ -126,13 +56,8 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(
     if (!prim || primal_set.count(&n.node()) || !depends.count(&n.node())) continue;
     if (prim->has(Trait::stop_gradient)) continue;
     std::vector<Array> outs = n.node().group ? n.outputs() : std::vector<Array>{n};
-    if (outs.size() > 1) {
-      bool earliest = true;
-      for (size_t j = 0; j < k && earliest; ++j)
-        for (const Array& o : outs)
-          if (&tape[j].array.node() == &o.node()) earliest = false;
-      if (!earliest || !done_groups.insert(n.node().group.get()).second) continue;
-    }
+    if (outs.size() > 1 && (!is_first_of_group(tape, k, outs) || !done_groups.insert(n.node().group.get()).second))
+      continue;
     std::vector<Array> cots;
     bool any = false;
     for (const Array& o : outs) {

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "support/op_test.h"
+#include "support/reference.h"
 
 namespace kiln {
 namespace {
@@ -13,29 +14,13 @@ using test::check_vjp;
 using test::expect_close;
 using test::random_array;
 using test::values;
-using Idx = std::vector<int64_t>;
+using test::flat;
+using test::for_each_index;
+using test::Idx;
 using Args = std::vector<Array>;
 
 // ---------------------------------------------------------------- naive references
 
-void for_each_index(const Shape& shape, const std::function<void(const Idx&)>& f) {
-  if (shape_size(shape) == 0) return;
-  Idx i(shape.size(), 0);
-  for (;;) {
-    f(i);
-    int d = static_cast<int>(shape.size()) - 1;
-    for (; d >= 0; --d) {
-      if (++i[d] < shape[d]) break;
-      i[d] = 0;
-    }
-    if (d < 0) return;
-  }
-}
-int64_t flat(const Shape& shape, const Idx& i) {
-  int64_t f = 0;
-  for (size_t d = 0; d < shape.size(); ++d) f = f * shape[d] + i[d];
-  return f;
-}
 // Element i of a row-major array of `shape`, where `shape` broadcasts (right-aligned) to i's rank.
 double at(const std::vector<double>& v, const Shape& shape, const Idx& i) {
   int64_t f = 0;
