@@ -2,6 +2,7 @@
 // The whole public API of kiln.
 #include "kiln/core/allocator.h"
 #include "kiln/core/array.h"
+#include "kiln/core/compile.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/operand.h"

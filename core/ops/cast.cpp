@@ -7,7 +7,7 @@ namespace kiln {
 namespace detail {
 namespace {
 
-class AsType final : public PrimitiveWithParams<AsType> {
+class AsType final : public PrimitiveWithParams<AsType>, public BlockKernel {
  public:
   AsType(Stream s, Dtype t) : PrimitiveWithParams(s), dtype_(t) {}
   const char* name() const override { return "AsType"; }
@@ -21,6 +21,17 @@ class AsType final : public PrimitiveWithParams<AsType> {
       visit_dtype<kAllTypes>(dtype_, "astype", [&](auto d) {
         using D = typename decltype(d)::type;
         unary_loop<S, D>(in[0], out[0], [](S v) { return convert<D>(v); });
+      });
+    });
+  }
+  void eval_block(std::span<const void* const> in, Dtype in_dtype, void* out, int64_t n) const override {
+    visit_dtype<kAllTypes>(in_dtype, "astype", [&](auto s) {
+      using S = typename decltype(s)::type;
+      visit_dtype<kAllTypes>(dtype_, "astype", [&](auto d) {
+        using D = typename decltype(d)::type;
+        const S* x = static_cast<const S*>(in[0]);
+        D* o = static_cast<D*>(out);
+        for (int64_t i = 0; i < n; ++i) o[i] = convert<D>(x[i]);
       });
     });
   }

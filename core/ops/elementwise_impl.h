@@ -16,6 +16,17 @@
 
 namespace kiln::detail {
 
+// ---------------------------------------------------------------- block kernels
+
+/// Capability of an elementwise primitive: compute `n` outputs from dense input blocks of `n`
+/// elements (inputs in the primitive's input dtype(s), output in its output dtype). compile's fused
+/// primitive runs a chain of these block by block, so the chain makes one pass over memory.
+class BlockKernel {
+ public:
+  virtual ~BlockKernel() = default;
+  virtual void eval_block(std::span<const void* const> inputs, Dtype in_dtype, void* out, int64_t n) const = 0;
+};
+
 // ---------------------------------------------------------------- CPU loops
 
 /// out[i] = f(in[i]) over a row-contiguous `out`; `in` may have any strides.
@@ -100,7 +111,7 @@ concept HasF32Loop = requires(const float* x, float* o) { D::contiguous_f32(x, o
 ///   `static Array derivative(const Array& x, const Array& y)` (dy/dx) or nothing (gradient zero);
 ///   optionally kOutBool (result is bool) and kFloatOnly (integer input is promoted to float32).
 template <class D>
-class UnaryOp : public PrimitiveWithParams<D> {
+class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
  public:
   explicit UnaryOp(Stream s) : PrimitiveWithParams<D>(s) {}
   auto params() const { return std::tuple<>(); }
@@ -148,6 +159,20 @@ class UnaryOp : public PrimitiveWithParams<D> {
     });
   }
 
+  void eval_block(std::span<const void* const> in, Dtype in_dtype, void* out, int64_t n) const override {
+    if constexpr (HasF32Loop<D>) {
+      if (in_dtype == float32) return D::contiguous_f32(static_cast<const float*>(in[0]), static_cast<float*>(out), n);
+    }
+    visit_dtype<D::kTypes>(in_dtype, D::kOpName, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      using O = std::conditional_t<OutputsBool<D>, bool, T>;
+      const T* x = static_cast<const T*>(in[0]);
+      O* o = static_cast<O*>(out);
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<O>(D::apply(static_cast<C>(x[i])));
+    });
+  }
+
   std::vector<Array> vjp(const VjpArgs& a) const override {
     if constexpr (HasDerivative<D>)
       return {multiply(a.cotangents[0], D::derivative(a.primals[0], a.outputs[0]), this->stream())};
@@ -172,6 +197,10 @@ class UnaryOp : public PrimitiveWithParams<D> {
 
 template <class D>
 concept HasPartials = requires(const Array& x) { D::partials(x, x, x); };
+/// A binary op may supply `static void contiguous_f32(const float*, const float*, float*, int64_t)`
+/// built for several instruction sets, used for dense float32 operands.
+template <class D>
+concept HasF32Loop2 = requires(const float* x, float* o) { D::contiguous_f32(x, x, o, int64_t{0}); };
 template <class D>
 concept DividesToFloat = requires { D::kIntToFloat; };
 
@@ -180,7 +209,7 @@ concept DividesToFloat = requires { D::kIntToFloat; };
 /// `static std::pair<Array, Array> partials(x, y, out)` (d out/dx, d out/dy; an empty Array means 1),
 /// kOutBool, and kIntToFloat (integer inputs computed in float32, as true division).
 template <class D>
-class BinaryOp : public PrimitiveWithParams<D> {
+class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
  public:
   explicit BinaryOp(Stream s) : PrimitiveWithParams<D>(s) {}
   auto params() const { return std::tuple<>(); }
@@ -219,6 +248,23 @@ class BinaryOp : public PrimitiveWithParams<D> {
       binary_loop<T, O>(in[0], in[1], o, [](T x, T y) {
         return static_cast<O>(D::apply(static_cast<C>(x), static_cast<C>(y)));
       });
+    });
+  }
+
+  void eval_block(std::span<const void* const> in, Dtype in_dtype, void* out, int64_t n) const override {
+    if constexpr (HasF32Loop2<D>) {
+      if (in_dtype == float32)
+        return D::contiguous_f32(static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
+                                 static_cast<float*>(out), n);
+    }
+    visit_dtype<D::kTypes>(in_dtype, D::kOpName, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      using O = std::conditional_t<OutputsBool<D>, bool, T>;
+      const T* x = static_cast<const T*>(in[0]);
+      const T* y = static_cast<const T*>(in[1]);
+      O* o = static_cast<O*>(out);
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<O>(D::apply(static_cast<C>(x[i]), static_cast<C>(y[i])));
     });
   }
 

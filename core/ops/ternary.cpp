@@ -6,7 +6,7 @@ namespace kiln {
 namespace detail {
 namespace {
 
-class Where final : public PrimitiveWithParams<Where> {
+class Where final : public PrimitiveWithParams<Where>, public BlockKernel {
  public:
   using PrimitiveWithParams::PrimitiveWithParams;
   const char* name() const override { return "Where"; }
@@ -37,6 +37,17 @@ class Where final : public PrimitiveWithParams<Where> {
                              c[off[1] + i * st[1]] ? x[off[2] + i * st[2]] : y[off[3] + i * st[3]];
                      });
                    });
+    });
+  }
+  // in_dtype is the dtype of x and y; the condition block is bool.
+  void eval_block(std::span<const void* const> in, Dtype in_dtype, void* out, int64_t n) const override {
+    visit_dtype<kAllTypes>(in_dtype, "where", [&](auto t) {
+      using T = typename decltype(t)::type;
+      const bool* c = static_cast<const bool*>(in[0]);
+      const T* x = static_cast<const T*>(in[1]);
+      const T* y = static_cast<const T*>(in[2]);
+      T* o = static_cast<T*>(out);
+      for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? x[i] : y[i];
     });
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {

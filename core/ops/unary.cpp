@@ -58,6 +58,9 @@ KILN_CLONES void sigmoid_f32_loop(const float* x, float* o, int64_t n) {
     o[i] = v >= 0 ? s : e * s;
   }
 }
+KILN_CLONES void tanh_f32_loop(const float* x, float* o, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = tanh_f32(x[i]);
+}
 #undef KILN_CLONES
 
 struct Negative : UnaryOp<Negative> {
@@ -228,9 +231,11 @@ struct Tanh : UnaryOp<Tanh> {
   static constexpr bool kFloatOnly = true;
   template <class T>
   static T apply(T x) {
-    return std::tanh(x);
+    if constexpr (std::is_same_v<T, float>) return tanh_f32(x);
+    else return std::tanh(x);
   }
   static Array derivative(const Array&, const Array& y) { return 1.0 - square(y); }
+  static void contiguous_f32(const float* x, float* o, int64_t n) { tanh_f32_loop(x, o, n); }
 };
 struct Sigmoid : UnaryOp<Sigmoid> {
   using UnaryOp::UnaryOp;

@@ -1,0 +1,40 @@
+#pragma once
+// The graph compile caches: steps (primitive applications) wired by references to the function's
+// inputs, to captured constants, or to earlier steps' outputs. Internal header.
+#include <memory>
+#include <vector>
+
+#include "kiln/core/primitive.h"
+
+namespace kiln::detail {
+
+struct Ref {
+  enum class Kind : uint8_t { input, constant, step };
+  Kind kind;
+  int index;       // input number, constant slot or step number
+  int output = 0;  // which output of a step
+  bool operator==(const Ref&) const = default;
+};
+
+struct Step {
+  std::shared_ptr<const Primitive> primitive;
+  std::vector<Ref> inputs;
+  std::vector<Shape> shapes;
+  std::vector<Dtype> dtypes;
+};
+
+struct CompiledGraph {
+  std::vector<Dtype> input_dtypes;
+  std::vector<Step> steps;
+  std::vector<Array> constants;
+  std::vector<Ref> outputs;
+};
+
+/// Replaces chains of elementwise steps (each feeding only the next) by fused steps.
+CompiledGraph fuse_elementwise(const CompiledGraph& g);
+
+/// Builds the arrays of `g` applied to `inputs`; with `shapeless`, output shapes come from each
+/// primitive's output_shapes instead of the traced shapes.
+std::vector<Array> replay(const CompiledGraph& g, const std::vector<Array>& inputs, bool shapeless);
+
+}  // namespace kiln::detail

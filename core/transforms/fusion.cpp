@@ -1,0 +1,240 @@
+// Elementwise fusion for compile: a chain of elementwise steps becomes one FusedElementwise
+// primitive that evaluates the chain block by block (a few thousand elements, in cache), so the
+// chain reads its inputs and writes its output once. Primitives are asked for a BlockKernel; no
+// op is named here.
+#include <algorithm>
+#include <unordered_map>
+
+#include "kiln/core/cpu/copy.h"
+#include "kiln/core/ops/elementwise_impl.h"
+#include "kiln/core/transforms.h"
+#include "kiln/core/transforms/compiled_graph.h"
+
+namespace kiln::detail {
+namespace {
+
+// One member of a fused chain: its primitive and where its inputs come from (slots below n_ext
+// are the fused primitive's inputs; slot n_ext + k is member k's result).
+struct Member {
+  std::shared_ptr<const Primitive> primitive;
+  const BlockKernel* kernel;
+  std::vector<int> slots;
+  Dtype in_dtype, out_dtype;
+};
+
+constexpr int64_t kBlock = 2048;
+
+class FusedElementwise final : public Primitive {
+ public:
+  FusedElementwise(Stream s, std::vector<Member> members, int n_ext)
+      : Primitive(s), members_(std::move(members)), n_ext_(n_ext) {}
+  const char* name() const override { return "FusedElementwise"; }
+  uint32_t traits() const override { return static_cast<uint32_t>(Trait::elementwise); }
+  void print(std::ostream& os) const override {
+    os << "FusedElementwise(";
+    for (size_t i = 0; i < members_.size(); ++i) {
+      if (i) os << ", ";
+      members_[i].primitive->print(os);
+    }
+    os << ")";
+  }
+  std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    std::vector<Shape> shapes;
+    for (const Array& a : in) shapes.push_back(a.shape());
+    return {broadcast_shapes("compile", shapes)};
+  }
+
+  void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
+    Array& o = out[0];
+    o.allocate();
+    const int64_t n = o.size();
+    // Inputs as dense blocks: full-size dense ones are read in place, scalars are splatted per
+    // block, anything else (broadcast or strided) is made dense once.
+    std::vector<Array> dense;
+    std::vector<const char*> base(n_ext_);
+    std::vector<bool> scalar(n_ext_);
+    for (int i = 0; i < n_ext_; ++i) {
+      const Array& a = in[i];
+      scalar[i] = a.size() == 1;
+      if (scalar[i] || (a.row_contiguous() && a.size() == n)) {
+        base[i] = static_cast<const char*>(a.raw_data());
+      } else {
+        Array d = Array::empty_available(o.shape(), a.dtype());
+        copy_strided(a, d);
+        base[i] = static_cast<const char*>(d.raw_data());
+        dense.push_back(std::move(d));
+      }
+    }
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    parallel_for(blocks, 8, [&](int64_t b0, int64_t b1) {
+      // Per task: one block buffer per member and per scalar input (8 bytes per element covers every dtype).
+      std::vector<std::vector<uint64_t>> temps(members_.size() + n_ext_, std::vector<uint64_t>(kBlock));
+      for (int i = 0; i < n_ext_; ++i)
+        if (scalar[i]) {
+          const int sz = in[i].itemsize();
+          char* t = reinterpret_cast<char*>(temps[members_.size() + i].data());
+          for (int64_t k = 0; k < kBlock; ++k) std::memcpy(t + k * sz, base[i], sz);
+        }
+      std::vector<const void*> args;
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t start = b * kBlock, len = std::min(kBlock, n - start);
+        for (size_t m = 0; m < members_.size(); ++m) {
+          const Member& mem = members_[m];
+          args.clear();
+          for (int slot : mem.slots) {
+            if (slot >= n_ext_) args.push_back(temps[slot - n_ext_].data());
+            else if (scalar[slot]) args.push_back(temps[members_.size() + slot].data());
+            else args.push_back(base[slot] + start * in[slot].itemsize());
+          }
+          void* dst = m + 1 == members_.size() ? static_cast<char*>(o.raw_data()) + start * o.itemsize()
+                                               : static_cast<void*>(temps[m].data());
+          mem.kernel->eval_block(args, mem.in_dtype, dst, len);
+        }
+      }
+    });
+  }
+
+  std::vector<Array> vjp(const VjpArgs& a) const override {
+    const auto grads = kiln::vjp(unfused(), {a.primals.begin(), a.primals.end()}, {a.cotangents[0]}).second;
+    std::vector<Array> out;
+    for (int i : a.argnums) out.push_back(grads[i]);
+    return out;
+  }
+  std::vector<Array> jvp(const JvpArgs& a) const override {
+    std::vector<Array> tangents;
+    for (const Array& p : a.primals) tangents.push_back(zeros_like(p));
+    for (size_t i = 0; i < a.argnums.size(); ++i) tangents[a.argnums[i]] = a.tangents[i];
+    return kiln::jvp(unfused(), {a.primals.begin(), a.primals.end()}, tangents).second;
+  }
+  VmapResult vmap(const VmapArgs& a) const override {
+    std::vector<int> axes(a.axes.begin(), a.axes.end());
+    return {kiln::vmap(unfused(), axes, {0})({a.inputs.begin(), a.inputs.end()}), {0}};
+  }
+
+ private:
+  // The chain as ordinary primitives: what the rules transform.
+  ArrayFn unfused() const {
+    return [this](const std::vector<Array>& inputs) {
+      std::vector<Array> values = inputs;
+      for (const Member& m : members_) {
+        std::vector<Array> args;
+        for (int slot : m.slots) args.push_back(values[slot]);
+        Shape shape = m.primitive->output_shapes(args)[0];
+        values.push_back(Array::make(std::move(shape), m.out_dtype, m.primitive, std::move(args)));
+      }
+      return std::vector<Array>{values.back()};
+    };
+  }
+  std::vector<Member> members_;
+  int n_ext_;
+};
+
+const BlockKernel* block_kernel(const Step& s) {
+  if (s.shapes.size() != 1 || !s.primitive->has(Trait::elementwise)) return nullptr;
+  return dynamic_cast<const BlockKernel*>(s.primitive.get());
+}
+
+}  // namespace
+
+CompiledGraph fuse_elementwise(const CompiledGraph& g) {
+  const int n = static_cast<int>(g.steps.size());
+  std::vector<int> uses(n, 0);
+  std::vector<bool> is_output(n, false);
+  for (const Step& s : g.steps)
+    for (const Ref& r : s.inputs)
+      if (r.kind == Ref::Kind::step) ++uses[r.index];
+  for (const Ref& r : g.outputs)
+    if (r.kind == Ref::Kind::step) is_output[r.index] = true;
+
+  // Grow groups from the last step backwards: a step joins its consumer's group when it is
+  // elementwise, used only there, not an output, and of the consumer's shape.
+  std::vector<int> group_of(n, -1);
+  std::vector<std::vector<int>> groups;
+  for (int root = n - 1; root >= 0; --root) {
+    if (group_of[root] >= 0 || !block_kernel(g.steps[root])) continue;
+    std::vector<int> members{root}, stack{root};
+    group_of[root] = static_cast<int>(groups.size());
+    while (!stack.empty()) {
+      const int k = stack.back();
+      stack.pop_back();
+      for (const Ref& r : g.steps[k].inputs) {
+        if (r.kind != Ref::Kind::step || group_of[r.index] >= 0) continue;
+        const Step& in = g.steps[r.index];
+        if (!block_kernel(in) || uses[r.index] != 1 || is_output[r.index] ||
+            in.shapes[0] != g.steps[root].shapes[0])
+          continue;
+        group_of[r.index] = group_of[root];
+        members.push_back(r.index);
+        stack.push_back(r.index);
+      }
+    }
+    if (members.size() < 2) {
+      group_of[root] = -1;
+      for (int m : members) group_of[m] = -1;
+      continue;
+    }
+    std::sort(members.begin(), members.end());
+    groups.push_back(std::move(members));
+  }
+
+  // Rebuild: unfused steps are copied, each group becomes one step at its root's position.
+  CompiledGraph out;
+  out.input_dtypes = g.input_dtypes;
+  out.constants = g.constants;
+  std::vector<int> new_index(n, -1);
+  auto remap = [&](Ref r) {
+    if (r.kind == Ref::Kind::step) r.index = new_index[r.index];
+    return r;
+  };
+  for (int k = 0; k < n; ++k) {
+    const int gi = group_of[k];
+    if (gi < 0) {
+      Step s = g.steps[k];
+      for (Ref& r : s.inputs) r = remap(r);
+      new_index[k] = static_cast<int>(out.steps.size());
+      out.steps.push_back(std::move(s));
+      continue;
+    }
+    const auto& members = groups[gi];
+    if (k != members.back()) continue;  // the root (last in step order) emits the group
+    std::vector<Ref> ext;
+    std::unordered_map<int, int> slot_of_member;
+    std::vector<Member> program;
+    for (int m : members) {
+      const Step& s = g.steps[m];
+      Member mem{s.primitive, block_kernel(s), {}, s.dtypes[0], s.dtypes[0]};
+      for (const Ref& r : s.inputs) {
+        if (r.kind == Ref::Kind::step && group_of[r.index] == gi) {
+          mem.slots.push_back(-1 - slot_of_member.at(r.index));  // resolved below
+          continue;
+        }
+        const Ref rr = remap(r);
+        auto it = std::find(ext.begin(), ext.end(), rr);
+        if (it == ext.end()) {
+          ext.push_back(rr);
+          it = ext.end() - 1;
+        }
+        mem.slots.push_back(static_cast<int>(it - ext.begin()));
+      }
+      // The dtype a kernel computes in: its input's, or for a select (bool condition first), the values'.
+      const Ref& typed = s.inputs.size() == 3 ? s.inputs[1] : s.inputs[0];
+      if (typed.kind == Ref::Kind::step) mem.in_dtype = g.steps[typed.index].dtypes[typed.output];
+      else if (typed.kind == Ref::Kind::constant) mem.in_dtype = g.constants[typed.index].dtype();
+      else mem.in_dtype = g.input_dtypes[typed.index];
+      slot_of_member[m] = static_cast<int>(program.size());
+      program.push_back(std::move(mem));
+    }
+    const int n_ext = static_cast<int>(ext.size());
+    for (Member& mem : program)
+      for (int& slot : mem.slots)
+        if (slot < 0) slot = n_ext + (-1 - slot);
+    const Step& root = g.steps[k];
+    new_index[k] = static_cast<int>(out.steps.size());
+    out.steps.push_back({std::make_shared<FusedElementwise>(root.primitive->stream(), std::move(program), n_ext),
+                         std::move(ext), root.shapes, root.dtypes});
+  }
+  for (const Ref& r : g.outputs) out.outputs.push_back(remap(r));
+  return out;
+}
+
+}  // namespace kiln::detail

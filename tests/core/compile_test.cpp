@@ -1,0 +1,167 @@
+// compile: same results as the uncompiled function, retracing exactly when the signature changes,
+// shapeless graphs, simplification, fusion, and compiled functions under the other transforms.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "support/op_test.h"
+
+namespace kiln {
+namespace {
+
+using test::expect_close;
+using test::random_array;
+using test::values;
+
+Array gelu_like(const Array& x) {
+  const Array inner = 0.7978845608f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + tanh(inner));
+}
+
+std::vector<Array> gelu_fn(const std::vector<Array>& a) { return {gelu_like(a[0])}; }
+
+TEST(Compile, MatchesTheUncompiledFunctionAndFuses) {
+  auto f = compile(gelu_fn);
+  for (Dtype t : {float32, float64, float16}) {
+    const Array x = random_array({7, 33}, t, 1, -3, 3);
+    const Array y = f({x})[0];
+    ASSERT_TRUE(y.has_primitive());
+    EXPECT_STREQ(y.primitive()->name(), "FusedElementwise");  // the whole chain is one node
+    expect_close(y, values(gelu_like(x)));
+  }
+}
+
+TEST(Compile, BroadcastingScalarAndStridedInputsInAFusedChain) {
+  auto f = compile([](const std::vector<Array>& a) { return std::vector<Array>{exp(a[0] * a[1] + 1.0f) - a[1]}; });
+  const Array x = transpose(random_array({5, 4}, float32, 2)), b = random_array({5}, float32, 3);
+  expect_close(f({x, b})[0], values(exp(x * b + 1.0f) - b));
+  const Array big = random_array({100000}, float32, 4);  // many blocks, several threads
+  expect_close(f({big, Array(0.5f)})[0], values(exp(big * 0.5f + 1.0f) - 0.5f));
+}
+
+TEST(Compile, RetracesExactlyWhenTheSignatureChanges) {
+  auto f = compile(gelu_fn);
+  f({ones({2, 3})});
+  f({random_array({2, 3}, float32, 5)});
+  EXPECT_EQ(f.trace_count(), 1);
+  f({ones({4, 3})});  // new shape
+  EXPECT_EQ(f.trace_count(), 2);
+  f({ones({2, 3}, float64)});  // new dtype
+  EXPECT_EQ(f.trace_count(), 3);
+  f({ones({2, 3})});
+  f({ones({4, 3})});
+  EXPECT_EQ(f.trace_count(), 3);
+  EXPECT_EQ(f.compile_count(), 3);
+}
+
+TEST(Compile, ShapelessServesEveryShapeWithOneGraph) {
+  auto f = compile(gelu_fn, /*shapeless=*/true);
+  for (int64_t n : {3, 17, 256}) {
+    const Array x = random_array({n, 2}, float32, 6);
+    expect_close(f({x})[0], values(gelu_like(x)));
+    f({x});
+  }
+  EXPECT_EQ(f.compile_count(), 1);
+  EXPECT_EQ(f.trace_count(), 3);  // one trace per new shape, each checked against the graph
+}
+
+TEST(Compile, ShapelessRejectsShapeDependentFunctions) {
+  auto scaled = compile(
+      [](const std::vector<Array>& a) {
+        return std::vector<Array>{a[0] * static_cast<float>(a[0].shape(0))};  // a size baked in
+      },
+      true);
+  scaled({ones({2})});
+  EXPECT_THROW(scaled({ones({5})}), ShapeError);
+  auto reshaped = compile(
+      [](const std::vector<Array>& a) { return std::vector<Array>{reshape(a[0], {a[0].shape(0) * a[0].shape(1)})}; },
+      true);
+  reshaped({ones({2, 3})});
+  EXPECT_THROW(reshaped({ones({4, 3})}), ShapeError);
+}
+
+TEST(Compile, ReadingValuesWhileTracingIsAnError) {
+  auto f = compile([](const std::vector<Array>& a) {
+    if (a[0].item<float>() > 0) return std::vector<Array>{a[0]};
+    return std::vector<Array>{-a[0]};
+  });
+  EXPECT_THROW(f({Array(1.0f)}), ValueError);
+}
+
+// Counts its evaluations, to see common subexpressions computed once.
+class CountingSquare final : public PrimitiveWithParams<CountingSquare> {
+ public:
+  using PrimitiveWithParams::PrimitiveWithParams;
+  const char* name() const override { return "CountingSquare"; }
+  auto params() const { return std::tuple<>(); }
+  std::vector<Shape> output_shapes(std::span<const Array> in) const override { return {in[0].shape()}; }
+  void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
+    ++count;
+    const Array x = contiguous(in[0]);
+    x.eval();
+    out[0].allocate();
+    for (int64_t i = 0; i < x.size(); ++i) out[0].strided_data<float>()[i] = x.data<float>()[i] * x.data<float>()[i];
+  }
+  static inline int count = 0;
+};
+
+Array counting_square(const Array& x) {
+  return Array::make(x.shape(), x.dtype(), std::make_shared<CountingSquare>(to_stream({})), {x});
+}
+
+TEST(Compile, CommonSubexpressionsAreComputedOnce) {
+  auto f = compile([](const std::vector<Array>& a) {
+    return std::vector<Array>{counting_square(a[0]) + counting_square(a[0]) * 2.0f};
+  });
+  const Array x({1.0f, 2.0f});
+  CountingSquare::count = 0;
+  expect_close(f({x})[0], {3.0, 12.0});
+  EXPECT_EQ(CountingSquare::count, 1);
+}
+
+TEST(Compile, CapturedConstantsAndConstantOutputs) {
+  const Array w = random_array({3}, float32, 7);
+  auto f = compile([&](const std::vector<Array>& a) { return std::vector<Array>{a[0] * w, w + 1.0f, a[0]}; });
+  const Array x = random_array({3}, float32, 8);
+  const auto out = f({x});
+  expect_close(out[0], values(x * w));
+  expect_close(out[1], values(w + 1.0f));
+  EXPECT_EQ(out[2].id(), x.id());
+}
+
+TEST(Compile, WorksUnderGradVjpJvpAndVmap) {
+  auto f = compile([](const std::vector<Array>& a) { return std::vector<Array>{sum(gelu_like(a[0]) * a[1])}; });
+  auto plain = [](const std::vector<Array>& a) { return std::vector<Array>{sum(gelu_like(a[0]) * a[1])}; };
+  const Array x = random_array({4, 5}, float64, 9), y = random_array({4, 5}, float64, 10);
+  const auto gc = grad(f, {0, 1})({x, y}), gp = grad(plain, {0, 1})({x, y});
+  expect_close(gc[0], values(gp[0]));
+  expect_close(gc[1], values(gp[1]));
+  const Array tx = random_array({4, 5}, float64, 11), ty = random_array({4, 5}, float64, 12);
+  expect_close(jvp(f, {x, y}, {tx, ty}).second[0], values(jvp(plain, {x, y}, {tx, ty}).second[0]));
+  expect_close(vmap(f)({x, y})[0], values(vmap(plain)({x, y})[0]));
+  // Compiled gradient, and second derivatives through the fused primitive.
+  auto cg = compile(grad(plain, {0}));
+  expect_close(cg({x, y})[0], values(gp[0]));
+  test::check_second_order([&](const std::vector<Array>& a) { return f({a[0], a[1]})[0]; }, {x, y});
+}
+
+TEST(Compile, ManyThreadsShareOneCompiledFunction) {
+  auto f = compile(gelu_fn);
+  const Array x = random_array({64, 64}, float32, 13);
+  const auto expected = values(f({x})[0]);
+  std::vector<std::thread> threads;
+  std::vector<int> ok(8, 0);
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      bool same = true;
+      for (int i = 0; i < 20; ++i) same = same && values(f({x})[0]) == expected;
+      ok[t] = same;
+    });
+  for (auto& t : threads) t.join();
+  for (int t = 0; t < 8; ++t) EXPECT_TRUE(ok[t]) << "thread " << t;
+  EXPECT_EQ(f.trace_count(), 1);
+}
+
+}  // namespace
+}  // namespace kiln
