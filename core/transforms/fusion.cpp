@@ -27,7 +27,29 @@ constexpr int64_t kBlock = 2048;
 class FusedElementwise final : public Primitive {
  public:
   FusedElementwise(Stream s, std::vector<Member> members, int n_ext)
-      : Primitive(s), members_(std::move(members)), n_ext_(n_ext) {}
+      : Primitive(s), members_(std::move(members)), n_ext_(n_ext) {
+    // Block buffers by liveness: a member's result buffer returns to the pool after its last
+    // reader, so a chain cycles through a few L1-resident buffers instead of one per member (with
+    // one each, stores spilled to L2 and dominated the fused loop). A result never shares a buffer
+    // with its own inputs, so every block loop runs on disjoint arrays.
+    const int n = static_cast<int>(members_.size());
+    std::vector<int> last_use(n, -1);
+    for (int m = 0; m < n; ++m)
+      for (int slot : members_[m].slots)
+        if (slot >= n_ext_) last_use[slot - n_ext_] = m;
+    std::vector<int> free;
+    buffer_of_.assign(n, -1);
+    for (int m = 0; m + 1 < n; ++m) {  // the last member writes the output itself
+      if (free.empty()) {
+        buffer_of_[m] = n_buffers_++;
+      } else {
+        buffer_of_[m] = free.back();
+        free.pop_back();
+      }
+      for (int slot : members_[m].slots)
+        if (slot >= n_ext_ && last_use[slot - n_ext_] == m) free.push_back(buffer_of_[slot - n_ext_]);
+    }
+  }
   const char* name() const override { return "FusedElementwise"; }
   uint32_t traits() const override { return static_cast<uint32_t>(Trait::elementwise); }
   void print(std::ostream& os) const override {
@@ -68,11 +90,11 @@ class FusedElementwise final : public Primitive {
     const int64_t blocks = (n + kBlock - 1) / kBlock;
     parallel_for(blocks, 8, [&](int64_t b0, int64_t b1) {
       // Per task: one block buffer per member and per scalar input (8 bytes per element covers every dtype).
-      std::vector<std::vector<uint64_t>> temps(members_.size() + n_ext_, std::vector<uint64_t>(kBlock));
+      std::vector<std::vector<uint64_t>> temps(n_buffers_ + n_ext_, std::vector<uint64_t>(kBlock));
       for (int i = 0; i < n_ext_; ++i)
         if (scalar[i]) {
           const int sz = in[i].itemsize();
-          char* t = reinterpret_cast<char*>(temps[members_.size() + i].data());
+          char* t = reinterpret_cast<char*>(temps[n_buffers_ + i].data());
           for (int64_t k = 0; k < kBlock; ++k) std::memcpy(t + k * sz, base[i], sz);
         }
       std::vector<const void*> args;
@@ -82,12 +104,12 @@ class FusedElementwise final : public Primitive {
           const Member& mem = members_[m];
           args.clear();
           for (int slot : mem.slots) {
-            if (slot >= n_ext_) args.push_back(temps[slot - n_ext_].data());
-            else if (scalar[slot]) args.push_back(temps[members_.size() + slot].data());
+            if (slot >= n_ext_) args.push_back(temps[buffer_of_[slot - n_ext_]].data());
+            else if (scalar[slot]) args.push_back(temps[n_buffers_ + slot].data());
             else args.push_back(base[slot] + start * in[slot].itemsize());
           }
           void* dst = m + 1 == members_.size() ? static_cast<char*>(o.raw_data()) + start * o.itemsize()
-                                               : static_cast<void*>(temps[m].data());
+                                               : static_cast<void*>(temps[buffer_of_[m]].data());
           mem.kernel->eval_block(args, mem.in_dtype, dst, len);
         }
       }
@@ -127,6 +149,8 @@ class FusedElementwise final : public Primitive {
   }
   std::vector<Member> members_;
   int n_ext_;
+  std::vector<int> buffer_of_;  // block buffer of each member's result
+  int n_buffers_ = 0;
 };
 
 const BlockKernel* block_kernel(const Step& s) {
