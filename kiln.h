@@ -5,6 +5,7 @@
 #include "kiln/core/compile.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/core/materialize.h"
 #include "kiln/core/operand.h"
 #include "kiln/core/ops/binary.h"
 #include "kiln/core/ops/cast.h"

@@ -109,7 +109,9 @@ void clear_cache() { allocator().clear(); }
 size_t set_cache_limit(size_t bytes) { return allocator().set_limit(bytes); }
 
 namespace detail {
-Buffer::Buffer(size_t bytes) : ptr_(nullptr), bytes_(round_size(bytes)) { ptr_ = allocator().allocate(bytes_); }
+Buffer::Buffer(size_t bytes) : ptr_(nullptr), bytes_(round_size(bytes)) {
+  ptr_ = allocator().allocate(bytes_);
+}
 Buffer::~Buffer() { allocator().release(ptr_, bytes_); }
 std::shared_ptr<Buffer> allocate(size_t bytes) { return std::make_shared<Buffer>(bytes); }
 }  // namespace detail

@@ -46,7 +46,17 @@ void* Array::raw_data() const {
 }
 bool Array::row_contiguous() const { return node_->row_contiguous; }
 
+namespace {
+// Storage is set only while a node is being computed. Once available, other threads may be reading
+// it and materialize() promises it never changes, so re-pointing it is a bug in a primitive.
+void check_not_evaluated(const detail::ArrayNode& n, const char* what) {
+  if (n.state.load(std::memory_order_acquire) == detail::NodeState::available)
+    throw RuntimeError::of(what, "the array is already evaluated; evaluated arrays are immutable");
+}
+}  // namespace
+
 void Array::allocate() {
+  check_not_evaluated(*node_, "allocate");
   node_->buffer = detail::allocate(static_cast<size_t>(std::max<int64_t>(nbytes(), 1)));
   node_->offset = 0;
   node_->strides = row_major_strides(node_->shape);
@@ -54,6 +64,7 @@ void Array::allocate() {
 }
 
 void Array::set_view(const Array& source, Strides strides, int64_t offset) {
+  check_not_evaluated(*node_, "set_view");
   node_->buffer = source.node_->buffer;
   node_->offset = source.node_->offset + offset;
   // A view is row-contiguous when its strides match row-major ones on every dim of size > 1.
@@ -66,6 +77,7 @@ void Array::set_view(const Array& source, Strides strides, int64_t offset) {
 }
 
 bool Array::donate_from(const Array& source) {
+  check_not_evaluated(*node_, "donate_from");
   const auto& src = *source.node_;
   // One reference to the node (the consumer's input list) and one to the buffer: nobody else can
   // see the values, so overwriting them in place is safe.
@@ -155,7 +167,8 @@ Array Array::make(Shape shape, Dtype dtype, std::shared_ptr<const Primitive> pri
 
 std::vector<Array> Array::make_many(std::vector<Shape> shapes, std::vector<Dtype> dtypes,
                                     std::shared_ptr<const Primitive> primitive, std::vector<Array> inputs) {
-  if (shapes.size() == 1) return {make(std::move(shapes[0]), dtypes[0], std::move(primitive), std::move(inputs))};
+  if (shapes.size() == 1)
+    return {make(std::move(shapes[0]), dtypes[0], std::move(primitive), std::move(inputs))};
   auto group = std::make_shared<detail::SiblingGroup>();
   const bool tracer = any_tracer(inputs);
   std::vector<Array> out;

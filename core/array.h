@@ -128,8 +128,8 @@ void eval(std::initializer_list<Array> arrays);
 inline void eval(const std::vector<Array>& arrays) { eval(std::span<const Array>(arrays)); }
 inline void eval(const Array& a) { a.eval(); }
 template <class... A>
-  requires(sizeof...(A) > 1 && (std::is_convertible_v<const A&, const Array&> && ...))
-void eval(const A&... arrays) {
+requires(sizeof...(A) > 1 &&
+         (std::is_convertible_v<const A&, const Array&> && ...)) void eval(const A&... arrays) {
   eval({Array(arrays)...});
 }
 
@@ -221,7 +221,8 @@ template <Scalar T>
 Array::Array(std::initializer_list<T> values)
     : Array(std::vector<T>(values), Shape{static_cast<int64_t>(values.size())}) {}
 template <Scalar T>
-Array::Array(std::initializer_list<T> values, Shape shape) : Array(std::vector<T>(values), std::move(shape)) {}
+Array::Array(std::initializer_list<T> values, Shape shape)
+    : Array(std::vector<T>(values), std::move(shape)) {}
 template <Scalar T>
 Array::Array(const std::vector<T>& values, Shape shape) {
   if constexpr (std::is_same_v<T, bool>) {

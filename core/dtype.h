@@ -70,17 +70,28 @@ Dtype default_dtype(ScalarKind k);
 /// The dtype of a C++ type: dtype_of<float>() == float32.
 template <class T>
 constexpr Dtype dtype_of() {
-  if constexpr (std::is_same_v<T, bool>) return bool_;
-  else if constexpr (std::is_same_v<T, uint8_t>) return uint8;
-  else if constexpr (std::is_same_v<T, int8_t>) return int8;
-  else if constexpr (std::is_same_v<T, int32_t>) return int32;
-  else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, long long>) return int64;
-  else if constexpr (std::is_same_v<T, uint32_t>) return uint32;
-  else if constexpr (std::is_same_v<T, float16_t>) return float16;
-  else if constexpr (std::is_same_v<T, bfloat16_t>) return bfloat16;
-  else if constexpr (std::is_same_v<T, float>) return float32;
-  else if constexpr (std::is_same_v<T, double>) return float64;
-  else static_assert(sizeof(T) == 0, "no kiln dtype for this C++ type");
+  if constexpr (std::is_same_v<T, bool>)
+    return bool_;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return uint8;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return int8;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return int32;
+  else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, long long>)
+    return int64;
+  else if constexpr (std::is_same_v<T, uint32_t>)
+    return uint32;
+  else if constexpr (std::is_same_v<T, float16_t>)
+    return float16;
+  else if constexpr (std::is_same_v<T, bfloat16_t>)
+    return bfloat16;
+  else if constexpr (std::is_same_v<T, float>)
+    return float32;
+  else if constexpr (std::is_same_v<T, double>)
+    return float64;
+  else
+    static_assert(sizeof(T) == 0, "no kiln dtype for this C++ type");
 }
 
 /// True for C++ types that can be a scalar operand (arithmetic types and kiln's halves).
@@ -89,9 +100,12 @@ concept Scalar = std::is_arithmetic_v<T> || std::is_same_v<T, float16_t> || std:
 
 template <Scalar T>
 constexpr ScalarKind scalar_kind() {
-  if constexpr (std::is_same_v<T, bool>) return ScalarKind::boolean;
-  else if constexpr (std::is_integral_v<T>) return ScalarKind::integer;
-  else return ScalarKind::floating;
+  if constexpr (std::is_same_v<T, bool>)
+    return ScalarKind::boolean;
+  else if constexpr (std::is_integral_v<T>)
+    return ScalarKind::integer;
+  else
+    return ScalarKind::floating;
 }
 
 }  // namespace kiln

@@ -2,11 +2,11 @@
 // kiln's exceptions. `kiln::Error` is a tag every kiln exception carries; it does not derive from
 // std::exception, so each concrete error has exactly one std::exception base and
 // `catch (const std::exception&)` still catches it (an ambiguous base would be skipped).
-#include <stdexcept>
-#include <string>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <stdexcept>
+#include <string>
 
 namespace kiln {
 
@@ -35,15 +35,14 @@ class ValueError : public detail::ErrorOf<std::invalid_argument> {
   static ValueError of(const char* op, const char* what, fmt::format_string<A...> details = "", A&&... a);
 };
 
-#define KILN_DEFINE_ERROR(Name, Parent)                                                         \
-  class Name : public Parent {                                                                  \
-   public:                                                                                      \
-    using Parent::Parent;                                                                       \
-    template <class... A>                                                                       \
-    static Name of(const char* op, const char* what, fmt::format_string<A...> details = "",     \
-                   A&&... a) {                                                                  \
-      return Name(detail::error_message(op, what, fmt::format(details, std::forward<A>(a)...))); \
-    }                                                                                           \
+#define KILN_DEFINE_ERROR(Name, Parent)                                                                 \
+  class Name : public Parent {                                                                          \
+   public:                                                                                              \
+    using Parent::Parent;                                                                               \
+    template <class... A>                                                                               \
+    static Name of(const char* op, const char* what, fmt::format_string<A...> details = "", A&&... a) { \
+      return Name(detail::error_message(op, what, fmt::format(details, std::forward<A>(a)...)));        \
+    }                                                                                                   \
   };
 
 namespace detail {
@@ -67,8 +66,7 @@ class RuntimeError : public detail::ErrorOf<std::runtime_error> {
  public:
   using ErrorOf::ErrorOf;
   template <class... A>
-  static RuntimeError of(const char* op, const char* what, fmt::format_string<A...> details = "",
-                         A&&... a) {
+  static RuntimeError of(const char* op, const char* what, fmt::format_string<A...> details = "", A&&... a) {
     return RuntimeError(detail::error_message(op, what, fmt::format(details, std::forward<A>(a)...)));
   }
 };
@@ -84,8 +82,8 @@ KILN_DEFINE_ERROR(FormatError, RuntimeError)
 }  // namespace kiln
 
 #ifndef NDEBUG
-#define KILN_ASSERT(cond)                                                                      \
-  do {                                                                                         \
+#define KILN_ASSERT(cond)                                                                           \
+  do {                                                                                              \
     if (!(cond)) throw ::kiln::RuntimeError("[internal] assertion failed: " #cond " at " __FILE__); \
   } while (0)
 #else

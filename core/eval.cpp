@@ -124,6 +124,8 @@ void eval(std::span<const Array> arrays) {
   }
 }
 
-void eval(std::initializer_list<Array> arrays) { eval(std::span<const Array>(arrays.begin(), arrays.size())); }
+void eval(std::initializer_list<Array> arrays) {
+  eval(std::span<const Array>(arrays.begin(), arrays.size()));
+}
 
 }  // namespace kiln

@@ -13,7 +13,7 @@ struct float16_t {
   float16_t() = default;
   template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
   float16_t(T v) : bits(from_float(static_cast<float>(v))) {}  // NOLINT: numeric conversion
-  operator float() const { return to_float(bits); }             // NOLINT
+  operator float() const { return to_float(bits); }            // NOLINT
   static constexpr float16_t from_bits(uint16_t b) {
     float16_t h;
     h.bits = b;
@@ -26,7 +26,7 @@ struct float16_t {
     const uint32_t abs = x & 0x7fffffffu;
     if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
     if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
-    if (abs < 0x38800000u) {                                                // subnormal or zero
+    if (abs < 0x38800000u) {                                               // subnormal or zero
       const float m = std::bit_cast<float>(abs) + 0.5f;  // adds 2^-1 so the low bits are 2^-24 units
       return static_cast<uint16_t>(sign | (std::bit_cast<uint32_t>(m) - 0x3f000000u));
     }
@@ -50,7 +50,7 @@ struct bfloat16_t {
   uint16_t bits = 0;
   bfloat16_t() = default;
   template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
-  bfloat16_t(T v) : bits(from_float(static_cast<float>(v))) {}  // NOLINT
+  bfloat16_t(T v) : bits(from_float(static_cast<float>(v))) {}                                // NOLINT
   operator float() const { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }  // NOLINT
   static constexpr bfloat16_t from_bits(uint16_t b) {
     bfloat16_t h;

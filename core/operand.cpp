@@ -8,11 +8,16 @@ namespace {
 // Integer range of each integer dtype, for rejecting scalars that would wrap (NumPy 2 and JAX raise).
 bool fits(int64_t v, Dtype t) {
   switch (t) {
-    case uint8: return v >= 0 && v <= 255;
-    case int8: return v >= -128 && v <= 127;
-    case int32: return v >= INT32_MIN && v <= INT32_MAX;
-    case uint32: return v >= 0 && v <= static_cast<int64_t>(UINT32_MAX);
-    default: return true;
+    case uint8:
+      return v >= 0 && v <= 255;
+    case int8:
+      return v >= -128 && v <= 127;
+    case int32:
+      return v >= INT32_MIN && v <= INT32_MAX;
+    case uint32:
+      return v >= 0 && v <= static_cast<int64_t>(UINT32_MAX);
+    default:
+      return true;
   }
 }
 }  // namespace
@@ -21,8 +26,8 @@ Array Operand::to_array(Dtype t, StreamOrDevice s) const {
   if (array_) return astype(*array_, t, s);
   if (kind_ == ScalarKind::floating) return Array(float_, t);
   if (kind_ == ScalarKind::integer && !fits(int_, t))
-    throw ValueError::of("scalar", "integer scalar out of range for the array's dtype", "{} does not fit {}", int_,
-                         dtype_name(t));
+    throw ValueError::of("scalar", "integer scalar out of range for the array's dtype", "{} does not fit {}",
+                         int_, dtype_name(t));
   return Array(int_, t);
 }
 

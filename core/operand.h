@@ -7,12 +7,17 @@
 
 namespace kiln {
 
+class MaterializedArray;
+
 class Operand {
  public:
   Operand(const Array& a) : array_(&a) {}  // NOLINT: implicit by design
+  // Its own constructor: C++ allows one user-defined conversion, so `m + 1` needs this.
+  Operand(const MaterializedArray& a);  // NOLINT: implicit by design
   template <Scalar T>
   Operand(T v) : kind_(scalar_kind<T>()) {  // NOLINT
-    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>)
+    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, float16_t> ||
+                  std::is_same_v<T, bfloat16_t>)
       float_ = static_cast<double>(v);
     else
       int_ = static_cast<int64_t>(v);

@@ -1,8 +1,9 @@
 // Fits y = X w + b on synthetic data with plain gradient descent, printing the loss as it falls.
 // `make demo` runs it.
+#include <kiln/kiln.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <kiln/kiln.h>
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln demo: linear regression fitted with grad"};

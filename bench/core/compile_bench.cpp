@@ -1,6 +1,5 @@
 // A 20-op elementwise chain (two GELU-like blocks) on 4M float32: eager vs compiled (fused).
 #include <benchmark/benchmark.h>
-
 #include <kiln/kiln.h>
 
 namespace {

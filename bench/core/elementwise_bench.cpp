@@ -1,18 +1,18 @@
 // Elementwise throughput on 16M float32 against a plain memcpy of the same bytes (read + write).
 #include <benchmark/benchmark.h>
+#include <kiln/kiln.h>
 
 #include <cstring>
 #include <vector>
-
-#include <kiln/kiln.h>
 
 namespace {
 
 constexpr int64_t kN = int64_t{1} << 24;
 
 void set_bytes(benchmark::State& st, int64_t bytes_per_iter) {
-  st.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes_per_iter), benchmark::Counter::kIsIterationInvariantRate,
-                                           benchmark::Counter::OneK::kIs1000);
+  st.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(bytes_per_iter), benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::OneK::kIs1000);
 }
 
 kiln::Array input(uint64_t seed) {

@@ -1,7 +1,6 @@
 // Graph overhead: build and evaluate a chain of 1000 tiny ops (16 floats), forward only and
 // forward + backward. Reported as microseconds per op (the counter "us/op").
 #include <benchmark/benchmark.h>
-
 #include <kiln/kiln.h>
 
 namespace {
@@ -14,7 +13,6 @@ kiln::Array chain(const kiln::Array& x) {
   return y;
 }
 
-
 void BM_kiln_chain_forward(benchmark::State& st) {
   const kiln::Array x = kiln::random::uniform({16}, kiln::random::key(0));
   x.eval();
@@ -22,8 +20,9 @@ void BM_kiln_chain_forward(benchmark::State& st) {
     kiln::Array y = chain(x);
     y.eval();
   }
-  st.counters["us_per_op"] = benchmark::Counter(static_cast<double>(kOps) * 1e-6,
-                                                benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  st.counters["us_per_op"] =
+      benchmark::Counter(static_cast<double>(kOps) * 1e-6,
+                         benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
 void BM_kiln_chain_forward_backward(benchmark::State& st) {
@@ -35,8 +34,9 @@ void BM_kiln_chain_forward_backward(benchmark::State& st) {
     kiln::eval(loss, g);
   }
   // Ops counted as the forward chain's length, as in PyTorch's figure (forward ops of the chain).
-  st.counters["us_per_op"] = benchmark::Counter(static_cast<double>(kOps) * 1e-6,
-                                                benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  st.counters["us_per_op"] =
+      benchmark::Counter(static_cast<double>(kOps) * 1e-6,
+                         benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // Forward + backward of a 784-512-512-10 MLP with cross-entropy at batch 128 (the figure that
 // bench/mlp_vs_pytorch.py sets beside PyTorch's on the same shapes and threads).
 #include <benchmark/benchmark.h>
-
 #include <kiln/kiln.h>
 
 namespace {
@@ -15,7 +14,8 @@ struct Mlp {
     const Array keys = kiln::random::split(kiln::random::key(seed), 3);
     for (int i = 0; i < 3; ++i) {
       const double bound = 1.0 / std::sqrt(static_cast<double>(sizes[i]));
-      params.push_back(kiln::random::uniform({sizes[i], sizes[i + 1]}, kiln::take(keys, Array(i), 0), -bound, bound));
+      params.push_back(
+          kiln::random::uniform({sizes[i], sizes[i + 1]}, kiln::take(keys, Array(i), 0), -bound, bound));
       params.push_back(kiln::zeros({sizes[i + 1]}));
     }
     kiln::eval(params);

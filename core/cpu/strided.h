@@ -12,7 +12,7 @@ namespace kiln::detail {
 /// A shape and N operand stride sets after merging mergeable dimensions. Broadcast dims have stride 0.
 template <int N>
 struct StridedLayout {
-  Shape shape;                  // collapsed shape (at least one dim)
+  Shape shape;  // collapsed shape (at least one dim)
   std::array<Strides, N> strides;
 };
 

@@ -48,7 +48,9 @@ struct Add : BinaryOp<Add> {
 };
 struct Subtract : BinaryOp<Subtract> {
   using BinaryOp::BinaryOp;
-  static void contiguous_f32(const float* x, const float* y, float* o, int64_t n) { subtract_f32(x, y, o, n); }
+  static void contiguous_f32(const float* x, const float* y, float* o, int64_t n) {
+    subtract_f32(x, y, o, n);
+  }
   static constexpr const char* kName = "Subtract";
   static constexpr const char* kOpName = "subtract";
   static constexpr DtypeSet kTypes = kNumericTypes;
@@ -62,7 +64,9 @@ struct Subtract : BinaryOp<Subtract> {
 };
 struct Multiply : BinaryOp<Multiply> {
   using BinaryOp::BinaryOp;
-  static void contiguous_f32(const float* x, const float* y, float* o, int64_t n) { multiply_f32(x, y, o, n); }
+  static void contiguous_f32(const float* x, const float* y, float* o, int64_t n) {
+    multiply_f32(x, y, o, n);
+  }
   static constexpr const char* kName = "Multiply";
   static constexpr const char* kOpName = "multiply";
   static constexpr DtypeSet kTypes = kNumericTypes;

@@ -24,7 +24,8 @@ namespace kiln::detail {
 class BlockKernel {
  public:
   virtual ~BlockKernel() = default;
-  virtual void eval_block(std::span<const void* const> inputs, Dtype in_dtype, void* out, int64_t n) const = 0;
+  virtual void eval_block(std::span<const void* const> inputs, Dtype in_dtype, void* out,
+                          int64_t n) const = 0;
 };
 
 // ---------------------------------------------------------------- CPU loops
@@ -42,11 +43,12 @@ void unary_loop(const Array& in, Array& out, F f) {
   }
   const auto l = collapse<2>(out.shape(), {&out.strides(), &in.strides()});
   const int64_t rows = row_count(l), inner = l.shape.back();
-  parallel_for(rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(inner, 1)), [&](int64_t rb, int64_t re) {
-    for_each_row(l, rb, re, [&](const auto& off, int64_t n, const auto& st) {
-      for (int64_t i = 0; i < n; ++i) o[off[0] + i * st[0]] = f(x[off[1] + i * st[1]]);
-    });
-  });
+  parallel_for(rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(inner, 1)),
+               [&](int64_t rb, int64_t re) {
+                 for_each_row(l, rb, re, [&](const auto& off, int64_t n, const auto& st) {
+                   for (int64_t i = 0; i < n; ++i) o[off[0] + i * st[0]] = f(x[off[1] + i * st[1]]);
+                 });
+               });
 }
 
 /// out[i] = f(a[i], b[i]) with a and b broadcast to out's shape; out is row-contiguous.
@@ -96,15 +98,23 @@ inline void allocate_or_donate(Array& out, std::initializer_list<const Array*> c
 // ---------------------------------------------------------------- unary
 
 template <class D>
-concept HasDerivative = requires(const Array& x) { D::derivative(x, x); };
+concept HasDerivative = requires(const Array& x) {
+  D::derivative(x, x);
+};
 template <class D>
-concept OutputsBool = requires { D::kOutBool; };
+concept OutputsBool = requires {
+  D::kOutBool;
+};
 template <class D>
-concept FloatOnly = requires { D::kFloatOnly; };
+concept FloatOnly = requires {
+  D::kFloatOnly;
+};
 /// A unary op may supply `static void contiguous_f32(const float*, float*, int64_t)`: a loop built
 /// for several instruction sets (target_clones) used for dense float32 input.
 template <class D>
-concept HasF32Loop = requires(const float* x, float* o) { D::contiguous_f32(x, o, int64_t{0}); };
+concept HasF32Loop = requires(const float* x, float* o) {
+  D::contiguous_f32(x, o, int64_t{0});
+};
 
 /// Base of an elementwise unary primitive D, which provides:
 ///   kName, kTypes, `template <class T> static auto apply(T)`, and either
@@ -145,7 +155,8 @@ class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
       if (x.dtype() == float32 && x.row_contiguous()) {
         const float* xp = x.strided_data<float>();
         float* op = o.strided_data<float>();
-        parallel_for(o.size(), kElementwiseGrain, [&](int64_t b, int64_t e) { D::contiguous_f32(xp + b, op + b, e - b); });
+        parallel_for(o.size(), kElementwiseGrain,
+                     [&](int64_t b, int64_t e) { D::contiguous_f32(xp + b, op + b, e - b); });
         return;
       }
     }
@@ -161,7 +172,8 @@ class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
 
   void eval_block(std::span<const void* const> in, Dtype in_dtype, void* out, int64_t n) const override {
     if constexpr (HasF32Loop<D>) {
-      if (in_dtype == float32) return D::contiguous_f32(static_cast<const float*>(in[0]), static_cast<float*>(out), n);
+      if (in_dtype == float32)
+        return D::contiguous_f32(static_cast<const float*>(in[0]), static_cast<float*>(out), n);
     }
     visit_dtype<D::kTypes>(in_dtype, D::kOpName, [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -196,13 +208,19 @@ class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
 // ---------------------------------------------------------------- binary
 
 template <class D>
-concept HasPartials = requires(const Array& x) { D::partials(x, x, x); };
+concept HasPartials = requires(const Array& x) {
+  D::partials(x, x, x);
+};
 /// A binary op may supply `static void contiguous_f32(const float*, const float*, float*, int64_t)`
 /// built for several instruction sets, used for dense float32 operands.
 template <class D>
-concept HasF32Loop2 = requires(const float* x, float* o) { D::contiguous_f32(x, x, o, int64_t{0}); };
+concept HasF32Loop2 = requires(const float* x, float* o) {
+  D::contiguous_f32(x, x, o, int64_t{0});
+};
 template <class D>
-concept DividesToFloat = requires { D::kIntToFloat; };
+concept DividesToFloat = requires {
+  D::kIntToFloat;
+};
 
 /// Base of an elementwise binary primitive D, which provides kName, kOpName, kTypes,
 /// `template <class T> static auto apply(T, T)`, and optionally
@@ -232,7 +250,8 @@ class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
     if (!D::kTypes.has(t)) throw DtypeError::of(D::kOpName, "dtype not supported", "{}", dtype_name(t));
     Array x = a.to_array(t, s), y = b.to_array(t, s);
     Shape shape = broadcast_shapes(D::kOpName, x.shape(), y.shape());
-    return Array::make(std::move(shape), out_dtype(t), std::make_shared<D>(to_stream(s)), {std::move(x), std::move(y)});
+    return Array::make(std::move(shape), out_dtype(t), std::make_shared<D>(to_stream(s)),
+                       {std::move(x), std::move(y)});
   }
 
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
@@ -264,7 +283,8 @@ class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
       const T* x = static_cast<const T*>(in[0]);
       const T* y = static_cast<const T*>(in[1]);
       O* o = static_cast<O*>(out);
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<O>(D::apply(static_cast<C>(x[i]), static_cast<C>(y[i])));
+      for (int64_t i = 0; i < n; ++i)
+        o[i] = static_cast<O>(D::apply(static_cast<C>(x[i]), static_cast<C>(y[i])));
     });
   }
 

@@ -18,7 +18,8 @@ Array put_along_axis(const Array& a, const Array& indices, const Array& values, 
                      StreamOrDevice s = {});
 /// Copy of `a` with `updates` added at `indices` along `axis`; repeated indices accumulate.
 /// updates has shape a.shape[:axis] + indices.shape + a.shape[axis+1:] (take's output shape).
-Array scatter_add(const Array& a, const Array& indices, const Array& updates, int axis, StreamOrDevice s = {});
+Array scatter_add(const Array& a, const Array& indices, const Array& updates, int axis,
+                  StreamOrDevice s = {});
 /// Advanced indexing a[i0, i1, ...] with index arrays for the leading axes: the index arrays
 /// broadcast together to shape B; the result has shape B + a.shape[len(indices):].
 Array gather(const Array& a, const std::vector<Array>& indices, StreamOrDevice s = {});

@@ -33,7 +33,8 @@ Array slice(const Array& a, const std::vector<Slice>& slices, StreamOrDevice s =
 Array slice(const Array& a, const Shape& start, const Shape& stop, const Shape& strides = {},
             StreamOrDevice s = {});
 /// Writes `update` into a copy of `a` at the slice; the rest of `a` is kept.
-Array slice_update(const Array& a, const Array& update, const std::vector<Slice>& slices, StreamOrDevice s = {});
+Array slice_update(const Array& a, const Array& update, const std::vector<Slice>& slices,
+                   StreamOrDevice s = {});
 
 /// Joins arrays along an existing axis; dtypes promote.
 Array concatenate(const std::vector<Array>& arrays, int axis = 0, StreamOrDevice s = {});
@@ -45,8 +46,8 @@ std::vector<Array> split(const Array& a, int sections, int axis = 0, StreamOrDev
 std::vector<Array> split(const Array& a, const Shape& indices, int axis = 0, StreamOrDevice s = {});
 
 /// Pads with a constant: pad_width[i] = {before, after} for axis i.
-Array pad(const Array& a, const std::vector<std::pair<int64_t, int64_t>>& pad_width,
-          const Operand& value = 0, StreamOrDevice s = {});
+Array pad(const Array& a, const std::vector<std::pair<int64_t, int64_t>>& pad_width, const Operand& value = 0,
+          StreamOrDevice s = {});
 /// Repeats each element `repeats` times along `axis` (flattened input when axis is absent).
 Array repeat(const Array& a, int repeats, int axis, StreamOrDevice s = {});
 Array repeat(const Array& a, int repeats, StreamOrDevice s = {});

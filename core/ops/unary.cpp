@@ -231,8 +231,10 @@ struct Tanh : UnaryOp<Tanh> {
   static constexpr bool kFloatOnly = true;
   template <class T>
   static T apply(T x) {
-    if constexpr (std::is_same_v<T, float>) return tanh_f32(x);
-    else return std::tanh(x);
+    if constexpr (std::is_same_v<T, float>)
+      return tanh_f32(x);
+    else
+      return std::tanh(x);
   }
   static Array derivative(const Array&, const Array& y) { return 1.0 - square(y); }
   static void contiguous_f32(const float* x, float* o, int64_t n) { tanh_f32_loop(x, o, n); }

@@ -61,8 +61,8 @@ CompiledGraph trace(const ArrayFn& fn, const std::vector<Array>& inputs) {
   std::unordered_set<const ArrayNode*> stop;
   CompiledGraph g;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    placeholders.push_back(Array::make(inputs[i].shape(), inputs[i].dtype(),
-                                       std::make_shared<CompileInput>(to_stream({})), {}));
+    placeholders.push_back(
+        Array::make(inputs[i].shape(), inputs[i].dtype(), std::make_shared<CompileInput>(to_stream({})), {}));
     ref_of.emplace(&placeholders.back().node(), Ref{Ref::Kind::input, static_cast<int>(i)});
     stop.insert(&placeholders.back().node());
     g.input_dtypes.push_back(inputs[i].dtype());
@@ -88,7 +88,9 @@ CompiledGraph trace(const ArrayFn& fn, const std::vector<Array>& inputs) {
     ref_of.emplace(&a.node(), r);
     return r;
   };
-  auto ref = [&](const Array& a) { return depends.count(&a.node()) ? ref_of.at(&a.node()) : constant_ref(a); };
+  auto ref = [&](const Array& a) {
+    return depends.count(&a.node()) ? ref_of.at(&a.node()) : constant_ref(a);
+  };
 
   for (const TapeEntry& e : tape) {
     if (!depends.count(&e.array.node()) || ref_of.count(&e.array.node())) continue;
@@ -123,7 +125,8 @@ bool same_structure(const CompiledGraph& a, const CompiledGraph& b) {
     return false;
   for (size_t k = 0; k < a.steps.size(); ++k) {
     const Step &s = a.steps[k], &t = b.steps[k];
-    if (s.inputs != t.inputs || s.dtypes != t.dtypes || !s.primitive->is_equivalent(*t.primitive)) return false;
+    if (s.inputs != t.inputs || s.dtypes != t.dtypes || !s.primitive->is_equivalent(*t.primitive))
+      return false;
   }
   for (size_t c = 0; c < a.constants.size(); ++c)
     if (a.constants[c].id() != b.constants[c].id() && !same_scalar_constant(a.constants[c], b.constants[c]))
@@ -137,9 +140,12 @@ std::vector<Array> replay(const CompiledGraph& g, const std::vector<Array>& inpu
   std::vector<std::vector<Array>> values(g.steps.size());
   auto resolve = [&](const Ref& r) -> const Array& {
     switch (r.kind) {
-      case Ref::Kind::input: return inputs[r.index];
-      case Ref::Kind::constant: return g.constants[r.index];
-      case Ref::Kind::step: break;
+      case Ref::Kind::input:
+        return inputs[r.index];
+      case Ref::Kind::constant:
+        return g.constants[r.index];
+      case Ref::Kind::step:
+        break;
     }
     return values[r.index][r.output];
   };
@@ -167,7 +173,7 @@ struct CompileState {
 
   ArrayFn fn;
   bool shapeless;
-  std::mutex mu;            // guards entries; traces run outside it
+  std::mutex mu;             // guards entries; traces run outside it
   std::list<Entry> entries;  // most recently used first
   std::atomic<int64_t> traces{0}, compiles{0};
 
@@ -197,7 +203,8 @@ struct CompileState {
       // New shapes for a shapeless graph: trace once more (outside the lock) and compare.
       ++traces;
       if (!same_structure(*to_verify, trace(fn, inputs)))
-        throw ShapeError::of("compile", "a shapeless compiled function builds a different graph for new shapes",
+        throw ShapeError::of("compile",
+                             "a shapeless compiled function builds a different graph for new shapes",
                              "its graph depends on input shapes (reshape targets, sizes read from shape()); "
                              "compile it with shapeless = false");
       std::lock_guard lock(mu);

@@ -104,9 +104,12 @@ class FusedElementwise final : public Primitive {
           const Member& mem = members_[m];
           args.clear();
           for (int slot : mem.slots) {
-            if (slot >= n_ext_) args.push_back(temps[buffer_of_[slot - n_ext_]].data());
-            else if (scalar[slot]) args.push_back(temps[n_buffers_ + slot].data());
-            else args.push_back(base[slot] + start * in[slot].itemsize());
+            if (slot >= n_ext_)
+              args.push_back(temps[buffer_of_[slot - n_ext_]].data());
+            else if (scalar[slot])
+              args.push_back(temps[n_buffers_ + slot].data());
+            else
+              args.push_back(base[slot] + start * in[slot].itemsize());
           }
           void* dst = m + 1 == members_.size() ? static_cast<char*>(o.raw_data()) + start * o.itemsize()
                                                : static_cast<void*>(temps[buffer_of_[m]].data());
@@ -242,9 +245,12 @@ CompiledGraph fuse_elementwise(const CompiledGraph& g) {
       }
       // The dtype a kernel computes in: its input's, or for a select (bool condition first), the values'.
       const Ref& typed = s.inputs.size() == 3 ? s.inputs[1] : s.inputs[0];
-      if (typed.kind == Ref::Kind::step) mem.in_dtype = g.steps[typed.index].dtypes[typed.output];
-      else if (typed.kind == Ref::Kind::constant) mem.in_dtype = g.constants[typed.index].dtype();
-      else mem.in_dtype = g.input_dtypes[typed.index];
+      if (typed.kind == Ref::Kind::step)
+        mem.in_dtype = g.steps[typed.index].dtypes[typed.output];
+      else if (typed.kind == Ref::Kind::constant)
+        mem.in_dtype = g.constants[typed.index].dtype();
+      else
+        mem.in_dtype = g.input_dtypes[typed.index];
       slot_of_member[m] = static_cast<int>(program.size());
       program.push_back(std::move(mem));
     }
@@ -254,8 +260,9 @@ CompiledGraph fuse_elementwise(const CompiledGraph& g) {
         if (slot < 0) slot = n_ext + (-1 - slot);
     const Step& root = g.steps[k];
     new_index[k] = static_cast<int>(out.steps.size());
-    out.steps.push_back({std::make_shared<FusedElementwise>(root.primitive->stream(), std::move(program), n_ext),
-                         std::move(ext), root.shapes, root.dtypes});
+    out.steps.push_back(
+        {std::make_shared<FusedElementwise>(root.primitive->stream(), std::move(program), n_ext),
+         std::move(ext), root.shapes, root.dtypes});
   }
   for (const Ref& r : g.outputs) out.outputs.push_back(remap(r));
   return out;

@@ -15,7 +15,8 @@ std::pair<std::vector<Array>, std::vector<Array>> jvp(const ArrayFn& fn, const s
     throw ValueError::of("jvp", "need one tangent per primal", "{} primals, {} tangents", primals.size(),
                          tangents.size());
   for (size_t i = 0; i < primals.size(); ++i) {
-    if (!tangents[i].valid()) throw ValueError::of("jvp", "a tangent is an empty (default-constructed) array");
+    if (!tangents[i].valid())
+      throw ValueError::of("jvp", "a tangent is an empty (default-constructed) array");
     if (primals[i].valid() && primals[i].shape() != tangents[i].shape())
       throw ShapeError::of("jvp", "tangent shape differs from its primal", "primal {} is {}, tangent {}", i,
                            shape_str(primals[i].shape()), shape_str(tangents[i].shape()));
@@ -57,8 +58,8 @@ std::pair<std::vector<Array>, std::vector<Array>> jvp(const ArrayFn& fn, const s
                              e.primitive->name());
     for (size_t j = 0; j < outs.size(); ++j) {
       if (out_tangents[j].shape() != outs[j].shape())
-        throw RuntimeError::of("jvp", "a primitive's jvp returned a tangent of the wrong shape", "{}: {} for {}",
-                               e.primitive->name(), shape_str(out_tangents[j].shape()),
+        throw RuntimeError::of("jvp", "a primitive's jvp returned a tangent of the wrong shape",
+                               "{}: {} for {}", e.primitive->name(), shape_str(out_tangents[j].shape()),
                                shape_str(outs[j].shape()));
       tan.emplace(&outs[j].node(), std::move(out_tangents[j]));
     }

@@ -21,7 +21,8 @@ struct TapeEntry {
 
 /// Post-order DFS (iterative) from `outputs`: inputs come before their consumers. Stops at nodes in
 /// `stop` (their inputs are not read) and at leaves (no primitive).
-std::vector<TapeEntry> build_tape(const std::vector<Array>& outputs, const std::unordered_set<const ArrayNode*>& stop);
+std::vector<TapeEntry> build_tape(const std::vector<Array>& outputs,
+                                  const std::unordered_set<const ArrayNode*>& stop);
 
 /// True when tape[k] is the earliest of a multi-output primitive's `outputs` in the tape, so a
 /// transform handles that primitive once.

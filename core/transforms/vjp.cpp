@@ -56,7 +56,8 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(
     if (!prim || primal_set.count(&n.node()) || !depends.count(&n.node())) continue;
     if (prim->has(Trait::stop_gradient)) continue;
     std::vector<Array> outs = n.node().group ? n.outputs() : std::vector<Array>{n};
-    if (outs.size() > 1 && (!is_first_of_group(tape, k, outs) || !done_groups.insert(n.node().group.get()).second))
+    if (outs.size() > 1 &&
+        (!is_first_of_group(tape, k, outs) || !done_groups.insert(n.node().group.get()).second))
       continue;
     std::vector<Array> cots;
     bool any = false;
@@ -83,8 +84,8 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(
       const Array& in = inputs[argnums[i]];
       const Array& g = grads[i];
       if (g.shape() != in.shape())
-        throw RuntimeError::of("vjp", "a primitive's vjp returned a cotangent of the wrong shape", "{}: {} for {}",
-                               prim->name(), shape_str(g.shape()), shape_str(in.shape()));
+        throw RuntimeError::of("vjp", "a primitive's vjp returned a cotangent of the wrong shape",
+                               "{}: {} for {}", prim->name(), shape_str(g.shape()), shape_str(in.shape()));
       accumulate(in, g);
     }
   }
@@ -103,12 +104,13 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp(const ArrayFn& fn, const s
                                                       const std::vector<Array>& cotangents) {
   return detail::vjp_impl(fn, primals, [&](const std::vector<Array>& outputs) {
     if (outputs.size() != cotangents.size())
-      throw ValueError::of("vjp", "need one cotangent per output", "{} outputs, {} cotangents", outputs.size(),
-                           cotangents.size());
+      throw ValueError::of("vjp", "need one cotangent per output", "{} outputs, {} cotangents",
+                           outputs.size(), cotangents.size());
     for (size_t i = 0; i < outputs.size(); ++i)
       if (outputs[i].shape() != cotangents[i].shape())
-        throw ShapeError::of("vjp", "cotangent shape differs from its output", "output {} is {}, cotangent {}", i,
-                             shape_str(outputs[i].shape()), shape_str(cotangents[i].shape()));
+        throw ShapeError::of("vjp", "cotangent shape differs from its output",
+                             "output {} is {}, cotangent {}", i, shape_str(outputs[i].shape()),
+                             shape_str(cotangents[i].shape()));
     return cotangents;
   });
 }
@@ -148,8 +150,8 @@ std::function<std::pair<std::vector<Array>, std::vector<Array>>(const std::vecto
 }
 
 std::function<std::pair<Array, Array>(const Array&)> value_and_grad(ScalarFn fn) {
-  auto vg = value_and_grad([fn = std::move(fn)](const std::vector<Array>& x) { return std::vector<Array>{fn(x[0])}; },
-                           {0});
+  auto vg = value_and_grad(
+      [fn = std::move(fn)](const std::vector<Array>& x) { return std::vector<Array>{fn(x[0])}; }, {0});
   return [vg](const Array& x) {
     auto [values, grads] = vg({x});
     return std::pair<Array, Array>{values[0], grads[0]};

@@ -21,15 +21,17 @@ struct Batched {
 }  // namespace
 
 ArrayFn vmap(ArrayFn fn, std::vector<int> in_axes, std::vector<int> out_axes) {
-  return [fn = std::move(fn), in_axes = std::move(in_axes), out_axes = std::move(out_axes)](
-             const std::vector<Array>& inputs) {
+  return [fn = std::move(fn), in_axes = std::move(in_axes),
+          out_axes = std::move(out_axes)](const std::vector<Array>& inputs) {
     const size_t n = inputs.size();
     if (!in_axes.empty() && in_axes.size() != n)
-      throw ValueError::of("vmap", "in_axes needs one entry per input", "{} entries for {} inputs", in_axes.size(), n);
+      throw ValueError::of("vmap", "in_axes needs one entry per input", "{} entries for {} inputs",
+                           in_axes.size(), n);
     int64_t batch = -1;
     std::vector<int> axes(n, 0);
     for (size_t i = 0; i < n; ++i) {
-      if (!inputs[i].valid()) throw ValueError::of("vmap", "an input is an empty (default-constructed) array");
+      if (!inputs[i].valid())
+        throw ValueError::of("vmap", "an input is an empty (default-constructed) array");
       const int a = in_axes.empty() ? 0 : in_axes[i];
       if (a == -1) {  // -1 means "not batched" (JAX's None), so axes count from the front only
         axes[i] = -1;
@@ -87,8 +89,8 @@ ArrayFn vmap(ArrayFn fn, std::vector<int> in_axes, std::vector<int> out_axes) {
       VmapResult r = e.primitive->vmap({in, in_ax});
       std::vector<Array> outs = e.array.node().group ? e.array.outputs() : std::vector<Array>{e.array};
       if (r.outputs.size() != outs.size() || r.axes.size() != outs.size())
-        throw RuntimeError::of("vmap", "a primitive's batching rule returned the wrong number of outputs", "{}",
-                               e.primitive->name());
+        throw RuntimeError::of("vmap", "a primitive's batching rule returned the wrong number of outputs",
+                               "{}", e.primitive->name());
       for (size_t j = 0; j < outs.size(); ++j)
         if (r.axes[j] >= 0) batched.emplace(&outs[j].node(), Batched{std::move(r.outputs[j]), r.axes[j]});
     }

@@ -33,7 +33,8 @@ TEST(Compile, MatchesTheUncompiledFunctionAndFuses) {
 }
 
 TEST(Compile, BroadcastingScalarAndStridedInputsInAFusedChain) {
-  auto f = compile([](const std::vector<Array>& a) { return std::vector<Array>{exp(a[0] * a[1] + 1.0f) - a[1]}; });
+  auto f =
+      compile([](const std::vector<Array>& a) { return std::vector<Array>{exp(a[0] * a[1] + 1.0f) - a[1]}; });
   const Array x = transpose(random_array({5, 4}, float32, 2)), b = random_array({5}, float32, 3);
   expect_close(f({x, b})[0], values(exp(x * b + 1.0f) - b));
   const Array big = random_array({100000}, float32, 4);  // many blocks, several threads
@@ -75,7 +76,9 @@ TEST(Compile, ShapelessRejectsShapeDependentFunctions) {
   scaled({ones({2})});
   EXPECT_THROW(scaled({ones({5})}), ShapeError);
   auto reshaped = compile(
-      [](const std::vector<Array>& a) { return std::vector<Array>{reshape(a[0], {a[0].shape(0) * a[0].shape(1)})}; },
+      [](const std::vector<Array>& a) {
+        return std::vector<Array>{reshape(a[0], {a[0].shape(0) * a[0].shape(1)})};
+      },
       true);
   reshaped({ones({2, 3})});
   EXPECT_THROW(reshaped({ones({4, 3})}), ShapeError);
@@ -101,7 +104,8 @@ class CountingSquare final : public PrimitiveWithParams<CountingSquare> {
     const Array x = contiguous(in[0]);
     x.eval();
     out[0].allocate();
-    for (int64_t i = 0; i < x.size(); ++i) out[0].strided_data<float>()[i] = x.data<float>()[i] * x.data<float>()[i];
+    for (int64_t i = 0; i < x.size(); ++i)
+      out[0].strided_data<float>()[i] = x.data<float>()[i] * x.data<float>()[i];
   }
   static inline int count = 0;
 };
@@ -131,7 +135,8 @@ TEST(Compile, CapturedConstantsAndConstantOutputs) {
 }
 
 TEST(Compile, WorksUnderGradVjpJvpAndVmap) {
-  auto f = compile([](const std::vector<Array>& a) { return std::vector<Array>{sum(gelu_like(a[0]) * a[1])}; });
+  auto f =
+      compile([](const std::vector<Array>& a) { return std::vector<Array>{sum(gelu_like(a[0]) * a[1])}; });
   auto plain = [](const std::vector<Array>& a) { return std::vector<Array>{sum(gelu_like(a[0]) * a[1])}; };
   const Array x = random_array({4, 5}, float64, 9), y = random_array({4, 5}, float64, 10);
   const auto gc = grad(f, {0, 1})({x, y}), gp = grad(plain, {0, 1})({x, y});

@@ -12,11 +12,11 @@ namespace {
 
 using test::check_vjp;
 using test::expect_close;
-using test::random_array;
-using test::values;
 using test::flat;
 using test::for_each_index;
 using test::Idx;
+using test::random_array;
+using test::values;
 using Args = std::vector<Array>;
 
 // ---------------------------------------------------------------- naive references

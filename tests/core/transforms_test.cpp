@@ -53,7 +53,8 @@ TEST(Jvp, HessianVectorProductOfGrad) {
   auto f = [](const Array& x) { return sum(exp(x) * sin(x) + square(x) * x); };
   auto g = grad(ScalarFn(f));
   const Array x = random_array({5}, float64, 10), v = random_array({5}, float64, 11);
-  const Array hv = jvp([&](const std::vector<Array>& a) { return std::vector<Array>{g(a[0])}; }, {x}, {v}).second[0];
+  const Array hv =
+      jvp([&](const std::vector<Array>& a) { return std::vector<Array>{g(a[0])}; }, {x}, {v}).second[0];
   const double eps = 1e-6;
   expect_close(hv, values((g(x + eps * v) - g(x - eps * v)) / (2 * eps)), 1e-6, 1e-7);
 }
@@ -100,8 +101,9 @@ TEST(Vmap, NestedAndUnbatchedOutputs) {
 TEST(Vmap, PerExampleGradientsEqualALoop) {
   const Array w1 = random_array({3, 8}, float64, 6), w2 = random_array({8, 1}, float64, 7);
   const Array xs = random_array({6, 1, 3}, float64, 8), ys = random_array({6, 1, 1}, float64, 9);
-  auto g = grad([&](const std::vector<Array>& a) { return std::vector<Array>{mlp_loss(a[0], a[1], a[2], a[3])}; },
-                {0, 1});
+  auto g =
+      grad([&](const std::vector<Array>& a) { return std::vector<Array>{mlp_loss(a[0], a[1], a[2], a[3])}; },
+           {0, 1});
   const auto per_example = vmap(g, {-1, -1, 0, 0})({w1, w2, xs, ys});
   ASSERT_EQ(per_example[0].shape(), (Shape{6, 3, 8}));
   for (int64_t i = 0; i < 6; ++i) {
@@ -121,7 +123,8 @@ TEST(Vmap, GradOfVmapAndVmapOfJvp) {
   // vmap of jvp: directional derivatives per example.
   const Array ts = random_array({4, 3}, float64, 11);
   auto dir = [&](const std::vector<Array>& a) {
-    return jvp([&](const std::vector<Array>& b) { return std::vector<Array>{per(b[0])}; }, {a[0]}, {a[1]}).second;
+    return jvp([&](const std::vector<Array>& b) { return std::vector<Array>{per(b[0])}; }, {a[0]}, {a[1]})
+        .second;
   };
   const Array d = vmap(dir)({xs, ts})[0];
   expect_close(d, values(sum((cos(xs) * xs + sin(xs)) * ts, -1)), 1e-12, 1e-12);

@@ -23,11 +23,16 @@ std::vector<double> values(const Array& a) { return a.to_vector<double>(); }
 
 Tolerance tolerance(Dtype dtype) {
   switch (dtype) {
-    case float64: return {1e-10, 1e-12};
-    case float32: return {2e-5, 1e-6};
-    case float16: return {2e-3, 1e-3};
-    case bfloat16: return {1.6e-2, 1e-2};
-    default: return {0, 0};
+    case float64:
+      return {1e-10, 1e-12};
+    case float32:
+      return {2e-5, 1e-6};
+    case float16:
+      return {2e-3, 1e-3};
+    case bfloat16:
+      return {1.6e-2, 1e-2};
+    default:
+      return {0, 0};
   }
 }
 
@@ -38,13 +43,16 @@ void expect_close(const Array& actual, const std::vector<double>& expected, doub
   for (size_t i = 0; i < got.size() && failures < 8; ++i) {
     const double a = got[i], e = expected[i];
     bool ok;
-    if (std::isnan(e)) ok = std::isnan(a);
-    else if (std::isinf(e)) ok = a == e;
-    else ok = std::abs(a - e) <= atol + rtol * std::abs(e);
+    if (std::isnan(e))
+      ok = std::isnan(a);
+    else if (std::isinf(e))
+      ok = a == e;
+    else
+      ok = std::abs(a - e) <= atol + rtol * std::abs(e);
     if (!ok) {
       ++failures;
-      ADD_FAILURE() << "element " << i << ": got " << a << ", expected " << e << " (rtol " << rtol << ", atol "
-                    << atol << ", dtype " << actual.dtype() << ")";
+      ADD_FAILURE() << "element " << i << ": got " << a << ", expected " << e << " (rtol " << rtol
+                    << ", atol " << atol << ", dtype " << actual.dtype() << ")";
     }
   }
 }
@@ -109,11 +117,13 @@ void check_vjp(const Fn& fn, const std::vector<Array>& inputs, double eps, doubl
   auto wrapped = [&](const std::vector<Array>& a) { return std::vector<Array>{fn(a)}; };
   auto [outs, grads] = vjp(wrapped, x, {cot});
   ASSERT_EQ(grads.size(), x.size());
-  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(grads[i].shape(), x[i].shape()) << "gradient shape of input " << i;
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_EQ(grads[i].shape(), x[i].shape()) << "gradient shape of input " << i;
   check_against_fd(fn, x, u, grads, eps, tol, max_elements, "vjp");
 }
 
-void check_second_order(const Fn& fn, const std::vector<Array>& inputs, double eps, double tol, int max_elements) {
+void check_second_order(const Fn& fn, const std::vector<Array>& inputs, double eps, double tol,
+                        int max_elements) {
   const std::vector<Array> x = to_float64(inputs);
   const Array y = fn(x);
   const std::vector<double> u = random_values(y.size(), 777, -1, 1);

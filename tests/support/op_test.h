@@ -1,10 +1,10 @@
 #pragma once
 // Shared test harness: random inputs from fixed seeds, comparisons against float64 references,
 // and finite-difference checks of vjp in float64 (Flashlight's jacobianTestImpl, made generic).
+#include <kiln/kiln.h>
+
 #include <functional>
 #include <vector>
-
-#include <kiln/kiln.h>
 
 namespace kiln::test {
 

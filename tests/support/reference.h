@@ -1,11 +1,11 @@
 #pragma once
 // Building blocks for naive float64 references in tests: plain row-major index loops, written
 // independently of kiln's kernels.
+#include <kiln/kiln.h>
+
 #include <cstdint>
 #include <functional>
 #include <vector>
-
-#include <kiln/kiln.h>
 
 namespace kiln::test {
 
