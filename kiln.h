@@ -3,6 +3,7 @@
 #include "kiln/core/allocator.h"
 #include "kiln/core/array.h"
 #include "kiln/core/compile.h"
+#include "kiln/core/custom_transforms.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/materialize.h"

@@ -218,6 +218,12 @@ ArrayNode::~ArrayNode() {
     stack.pop_back();
     // Nodes in a sibling group may be revived through a weak link; let them go the ordinary way.
     if (n && n.use_count() == 1 && !n->group) {
+      // use_count() is a relaxed read: it does not order this thread after the threads that read
+      // n->inputs and then let go of n (a data race that TSan reports, see
+      // Threads.DroppingAnInnerNodeWhileTheOuterGraphIsFreed). They read it under n->lock, or, a
+      // claimer whose eval threw, before resetting n->state with release; acquire both.
+      std::lock_guard lock(n->lock);
+      (void)n->state.load(std::memory_order_acquire);
       for (Array& a : n->inputs)
         stack.push_back(std::move(const_cast<std::shared_ptr<ArrayNode>&>(a.node_ptr())));
       n->inputs.clear();

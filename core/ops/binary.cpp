@@ -15,7 +15,9 @@ std::pair<Array, Array> no_partials() { return {Array(), Array()}; }
 
 // Dense float32 loops for AVX-512, AVX2+FMA and baseline x86-64, chosen at load time. compile's
 // fused blocks sit in L1, so there the vector width is the speed.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+// Not under sanitizers: the ifunc resolver runs while the program is relocated, before the
+// sanitizer runtime starts, and an instrumented resolver crashes there (TSan: SIGSEGV at load).
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define KILN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define KILN_CLONES

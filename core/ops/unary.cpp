@@ -42,7 +42,9 @@ T erfinv_value(T y) {
 
 // Dense float32 loops compiled for AVX-512, AVX2+FMA and baseline x86-64, picked at load time:
 // exp at memory speed needs the wide vectors (baseline SSE2 reaches ~4 GB/s on 16M floats).
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+// Not under sanitizers: the ifunc resolver runs while the program is relocated, before the
+// sanitizer runtime starts, and an instrumented resolver crashes there (TSan: SIGSEGV at load).
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define KILN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define KILN_CLONES
