@@ -1,6 +1,6 @@
 # Thin wrapper over scripts/install-deps.sh and the CMake presets (CMakePresets.json). Every target
 # installs what is missing, configures, builds and runs.
-#   make demo | test | bench | asan | tsan | format | format-check | clean
+#   make demo | test | bench | asan | tsan | tsan-threads | format | format-check | clean
 # Variables: JOBS (parallel build and test jobs; default: all cores), WERROR=ON (turn compiler
 # warnings into errors, as CI does), CMAKE_ARGS (extra configure arguments).
 
@@ -20,7 +20,7 @@ build = cmake --build --preset $(1) -j $(JOBS)
 test = ctest --preset $(1) -j $(JOBS)
 
 .DEFAULT_GOAL := help
-.PHONY: help deps deps-bench demo test bench asan tsan format format-check clean
+.PHONY: help deps deps-bench demo test bench asan tsan tsan-threads format format-check clean
 
 help:
 	@echo "kiln -- make targets:"
@@ -29,6 +29,7 @@ help:
 	@echo "  make bench         build (release, KILN_BENCH=ON) and run all benchmarks"
 	@echo "  make asan          build with AddressSanitizer + UBSan and run all tests"
 	@echo "  make tsan          build with ThreadSanitizer and run all tests"
+	@echo "  make tsan-threads  build and run only the concurrency tests with ThreadSanitizer (CI)"
 	@echo "  make format        clang-format every .h/.cpp in place"
 	@echo "  make format-check  fail if a .h/.cpp is not clang-formatted"
 	@echo "  make clean         remove build/"
@@ -66,6 +67,17 @@ tsan: deps
 	$(call configure,tsan)
 	$(call build,tsan)
 	$(call test,tsan)
+
+# The concurrency tests under ThreadSanitizer, as CI runs them: only their binaries are built (the
+# library and two tests, where `make tsan` builds everything) and any report fails the run
+# (halt_on_error). docs/threading.md says what they cover. array_test runs only its thread tests:
+# its million-node graphs take half a minute under TSan and have one thread.
+TSAN_OPTIONS_CI = halt_on_error=1 second_deadlock_stack=1 history_size=4
+tsan-threads: deps
+	$(call configure,tsan)
+	$(call build,tsan) --target threads_test array_test
+	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/threads_test
+	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/array_test --gtest_filter='ArrayThreads.*'
 
 SOURCES = find . \( -path './build*' -o -path './.*' \) -prune -o \
 	-type f \( -name '*.h' -o -name '*.cpp' \) -print0

@@ -47,6 +47,17 @@ void* Array::raw_data() const {
 bool Array::row_contiguous() const { return node_->row_contiguous; }
 
 namespace {
+// shared_ptr::use_count() is a relaxed load: seeing 1 does not order this thread after the threads
+// that used the object and then let go of it, so writing what they read would be a data race
+// (TSan reports it: Threads.DonationAfterAnotherThreadReadTheInput and
+// Threads.DroppingAnInnerNodeWhileTheOuterGraphIsFreed). Their decrements are releases; an acq_rel
+// increment of the same count reads the latest of them and so acquires them all. Call this after
+// use_count() == 1, before writing. (An acquire fence would do too, but TSan does not see fences.)
+template <class T>
+void acquire_sole_ownership(const std::shared_ptr<T>& p) {
+  const std::shared_ptr<T> copy = p;
+}
+
 // Storage is set only while a node is being computed. Once available, other threads may be reading
 // it and materialize() promises it never changes, so re-pointing it is a bug in a primitive.
 void check_not_evaluated(const detail::ArrayNode& n, const char* what) {
@@ -85,7 +96,8 @@ bool Array::donate_from(const Array& source) {
   if (src.tracer || !src.row_contiguous || src.dtype != node_->dtype || src.size != node_->size ||
       src.offset != 0)
     return false;
-  node_->buffer = src.buffer;
+  acquire_sole_ownership(source.node_);  // threads that read the values, then dropped the array
+  node_->buffer = src.buffer;            // (copying it acquires, likewise, views that shared it)
   node_->offset = 0;
   node_->strides = row_major_strides(node_->shape);
   node_->row_contiguous = true;
@@ -218,12 +230,7 @@ ArrayNode::~ArrayNode() {
     stack.pop_back();
     // Nodes in a sibling group may be revived through a weak link; let them go the ordinary way.
     if (n && n.use_count() == 1 && !n->group) {
-      // use_count() is a relaxed read: it does not order this thread after the threads that read
-      // n->inputs and then let go of n (a data race that TSan reports, see
-      // Threads.DroppingAnInnerNodeWhileTheOuterGraphIsFreed). They read it under n->lock, or, a
-      // claimer whose eval threw, before resetting n->state with release; acquire both.
-      std::lock_guard lock(n->lock);
-      (void)n->state.load(std::memory_order_acquire);
+      acquire_sole_ownership(n);  // other threads read n->inputs before letting go of n
       for (Array& a : n->inputs)
         stack.push_back(std::move(const_cast<std::shared_ptr<ArrayNode>&>(a.node_ptr())));
       n->inputs.clear();

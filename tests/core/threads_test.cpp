@@ -225,7 +225,6 @@ Array per_thread_work(const Weights& w, const MaterializedArray& big, int t, int
 TEST(Threads, GraphsReadingSharedMaterializedArrays) {
   const Weights w = make_weights();
   const MaterializedArray big = materialize(random::uniform({1 << 17}, random::key(2)));
-  const Weights before{w};
   const Bytes w1_bytes = bytes_of(w.w1), big_bytes = bytes_of(big);
   constexpr int kIters = 6;
   std::vector<std::vector<Bytes>> want(kThreads, std::vector<Bytes>(kIters)), got = want;
@@ -237,7 +236,6 @@ TEST(Threads, GraphsReadingSharedMaterializedArrays) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(got[t], want[t]) << "thread " << t;
   EXPECT_EQ(bytes_of(w.w1), w1_bytes);
   EXPECT_EQ(bytes_of(big), big_bytes);
-  EXPECT_EQ(w.w1.array().raw_data(), before.w1.array().raw_data());
 }
 
 // Thread t's graph on top of a shared (unevaluated) pair of outputs.
@@ -399,21 +397,23 @@ TEST(Threads, DroppingAnInnerNodeWhileTheOuterGraphIsFreed) {
 }
 
 TEST(Threads, DonationAfterAnotherThreadReadTheInput) {
-  // `s` is evaluated and read by a thread that then lets go of it; the main thread's pending
-  // exp(s) is then its only owner and may take its buffer to write into.
+  // `s` is evaluated; a reader thread reads its values and lets go of it. The main thread's pending
+  // sin(s) is then its only owner and takes its buffer to write into: the write must be ordered
+  // after the reader's reads by the handles' counts alone.
   int donated = 0;
   for (int i = 0; i < 40; ++i) {
     Array s = exp(test::random_array({4096}, float32, 400 + i));
     s.eval();
-    const Bytes want_read = bytes_of(s * 2.0f), want_y = bytes_of(sin(s));
+    const std::vector<float> want_read = s.to_vector<float>();
+    const Bytes want_y = bytes_of(sin(s));
     const Array y = sin(s);
     const void* storage = s.raw_data();
-    Bytes read;
+    std::vector<float> read;
     std::atomic<bool> dropped{false};
     std::thread reader([&, mine = s]() mutable {
-      read = bytes_of(mine * 2.0f);
+      read = mine.to_vector<float>();
       mine = Array();
-      dropped.store(true, std::memory_order_relaxed);  // no ordering: the handles are the only sync
+      dropped.store(true, std::memory_order_relaxed);  // orders nothing: TSan must not see a sync here
     });
     s = Array();
     while (!dropped.load(std::memory_order_relaxed)) std::this_thread::yield();
@@ -423,7 +423,7 @@ TEST(Threads, DonationAfterAnotherThreadReadTheInput) {
     EXPECT_EQ(got_y, want_y);
     donated += y.raw_data() == storage;
   }
-  EXPECT_GT(donated, 0);
+  EXPECT_GT(donated, 0) << "no donation happened: the test no longer checks its ordering";
 }
 
 // ---------------------------------------------------------------- transforms
@@ -487,6 +487,44 @@ TEST(Threads, VmapAndJvpAtOnce) {
     for (int i = 0; i < kIters; ++i) got[t][i] = bytes_of(vmap_jvp_work(w, t, i));
   });
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(got[t], want[t]) << "thread " << t;
+}
+
+// Compiled functions used from many threads at once: one shared between all threads (its cache is
+// shared and guarded), and one compiled per thread; called directly, under grad and under vmap.
+Array chain(const Array& x, float c) { return tanh(x * c + 0.5f) * x - exp(x * 0.25f) * c; }
+
+std::vector<Array> compile_work(const CompiledFunction& shared, int t) {
+  const float c = 1.0f + 0.5f * static_cast<float>(t);
+  const CompiledFunction mine =
+      compile([c](const std::vector<Array>& a) { return std::vector<Array>{chain(a[0], c)}; });
+  const Array x = random::normal({16, 9}, random::key(60 + t));
+  const Array y = random::normal({9}, random::key(70 + t));  // a second signature
+  const ScalarFn loss = [&](const Array& a) { return sum(mine({a})[0]); };
+  const ScalarFn per_row = [&](const Array& a) { return shared({a})[0]; };
+  return {mine({x})[0], mine({y})[0], shared({x})[0], shared({y})[0], grad(loss)(x), vmap(per_row)(x)};
+}
+
+TEST(Threads, CompiledFunctionsAtOnce) {
+  constexpr int kIters = 3;
+  auto shared_fn = [](const std::vector<Array>& a) { return std::vector<Array>{chain(a[0], 3.0f)}; };
+  std::vector<std::vector<Bytes>> want(kThreads);
+  {
+    const CompiledFunction shared = compile(shared_fn);
+    for (int t = 0; t < kThreads; ++t) want[t] = bytes_of(compile_work(shared, t));
+  }
+  const CompiledFunction shared = compile(shared_fn);
+  std::vector<int> mismatches(kThreads, 0);
+  run_threads(kThreads, [&](int t) {
+    for (int i = 0; i < kIters; ++i) mismatches[t] += bytes_of(compile_work(shared, t)) != want[t];
+  });
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+  // Threads that miss the cache together may each trace (traces run outside its lock); once a
+  // signature is cached, no thread traces it again.
+  const int64_t traces = shared.trace_count();
+  EXPECT_GE(traces, 2);
+  run_threads(kThreads, [&](int t) { mismatches[t] += bytes_of(compile_work(shared, t)) != want[t]; });
+  EXPECT_EQ(shared.trace_count(), traces);
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
 }
 
 // ---------------------------------------------------------------- random, allocator
