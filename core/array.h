@@ -87,14 +87,17 @@ class Array {
   void* raw_data() const;
   /// True when the strides are row-major dense.
   bool row_contiguous() const;
-  /// Allocates a row-contiguous buffer for this (output) array.
+  /// Allocates a row-contiguous buffer for this (output) array. Throws RuntimeError on an array
+  /// that is already evaluated (its storage never changes once others may read it).
   void allocate();
   /// Makes this array a view of `source`'s buffer with the given strides and element offset.
+  /// Throws RuntimeError on an array that is already evaluated.
   void set_view(const Array& source, Strides strides, int64_t offset);
   /// Takes `source`'s buffer when it may be reused in place (sole owner, same size, row-contiguous);
   /// returns false otherwise. Used to compute elementwise ops in place.
   bool donate_from(const Array& source);
-  /// Inputs and primitive of an unevaluated node (empty once evaluated and detached).
+  /// Inputs and primitive of an unevaluated node. Once evaluated the node is detached: inputs()
+  /// is empty and primitive() is null (check has_primitive() first).
   std::vector<Array> inputs() const;
   std::shared_ptr<const Primitive> primitive() const;
   bool has_primitive() const;
