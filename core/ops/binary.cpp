@@ -13,32 +13,9 @@ namespace {
 
 std::pair<Array, Array> no_partials() { return {Array(), Array()}; }
 
-// Dense float32 loops for AVX-512, AVX2+FMA and baseline x86-64, chosen at load time. compile's
-// fused blocks sit in L1, so there the vector width is the speed.
-// Not under sanitizers: the ifunc resolver runs while the program is relocated, before the
-// sanitizer runtime starts, and an instrumented resolver crashes there (TSan: SIGSEGV at load).
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define KILN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define KILN_CLONES
-#endif
-KILN_CLONES void add_f32(const float* x, const float* y, float* o, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
-}
-KILN_CLONES void subtract_f32(const float* x, const float* y, float* o, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) o[i] = x[i] - y[i];
-}
-KILN_CLONES void multiply_f32(const float* x, const float* y, float* o, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) o[i] = x[i] * y[i];
-}
-KILN_CLONES void divide_f32(const float* x, const float* y, float* o, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) o[i] = x[i] / y[i];
-}
-#undef KILN_CLONES
-
 struct Add : BinaryOp<Add> {
   using BinaryOp::BinaryOp;
-  static void contiguous_f32(const float* x, const float* y, float* o, int64_t n) { add_f32(x, y, o, n); }
+  static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Add";
   static constexpr const char* kOpName = "add";
   static constexpr DtypeSet kTypes = kNumericTypes;
@@ -50,9 +27,7 @@ struct Add : BinaryOp<Add> {
 };
 struct Subtract : BinaryOp<Subtract> {
   using BinaryOp::BinaryOp;
-  static void contiguous_f32(const float* x, const float* y, float* o, int64_t n) {
-    subtract_f32(x, y, o, n);
-  }
+  static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Subtract";
   static constexpr const char* kOpName = "subtract";
   static constexpr DtypeSet kTypes = kNumericTypes;
@@ -66,9 +41,7 @@ struct Subtract : BinaryOp<Subtract> {
 };
 struct Multiply : BinaryOp<Multiply> {
   using BinaryOp::BinaryOp;
-  static void contiguous_f32(const float* x, const float* y, float* o, int64_t n) {
-    multiply_f32(x, y, o, n);
-  }
+  static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Multiply";
   static constexpr const char* kOpName = "multiply";
   static constexpr DtypeSet kTypes = kNumericTypes;
@@ -80,7 +53,7 @@ struct Multiply : BinaryOp<Multiply> {
 };
 struct Divide : BinaryOp<Divide> {
   using BinaryOp::BinaryOp;
-  static void contiguous_f32(const float* x, const float* y, float* o, int64_t n) { divide_f32(x, y, o, n); }
+  static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Divide";
   static constexpr const char* kOpName = "divide";
   static constexpr DtypeSet kTypes = kFloatTypes;

@@ -24,14 +24,16 @@ class AsType final : public PrimitiveWithParams<AsType>, public BlockKernel {
       });
     });
   }
-  void eval_block(std::span<const void* const> in, Dtype in_dtype, void* out, int64_t n) const override {
+  void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
+                  int64_t n) const override {
+    const int64_t sx = block_step(scalars, 0);
     visit_dtype<kAllTypes>(in_dtype, "astype", [&](auto s) {
       using S = typename decltype(s)::type;
       visit_dtype<kAllTypes>(dtype_, "astype", [&](auto d) {
         using D = typename decltype(d)::type;
         const S* x = static_cast<const S*>(in[0]);
         D* o = static_cast<D*>(out);
-        for (int64_t i = 0; i < n; ++i) o[i] = convert<D>(x[i]);
+        for (int64_t i = 0; i < n; ++i) o[i] = convert<D>(x[i * sx]);
       });
     });
   }

@@ -18,15 +18,60 @@ namespace kiln::detail {
 
 // ---------------------------------------------------------------- block kernels
 
-/// Capability of an elementwise primitive: compute `n` outputs from dense input blocks of `n`
-/// elements (inputs in the primitive's input dtype(s), output in its output dtype). compile's fused
-/// primitive runs a chain of these block by block, so the chain makes one pass over memory.
+/// Capability of an elementwise primitive: compute `n` outputs from input blocks (inputs in the
+/// primitive's input dtype(s), output in its output dtype). Input k is a dense block of `n`
+/// elements, or where bit k of `scalars` is set, one element broadcast over the block. compile's
+/// fused primitive runs a chain of these block by block, so the chain makes one pass over memory.
 class BlockKernel {
  public:
   virtual ~BlockKernel() = default;
-  virtual void eval_block(std::span<const void* const> inputs, Dtype in_dtype, void* out,
+  virtual void eval_block(std::span<const void* const> inputs, uint32_t scalars, Dtype in_dtype, void* out,
                           int64_t n) const = 0;
 };
+
+/// Step through input k of a block: 0 for a broadcast scalar, else 1.
+inline int64_t block_step(uint32_t scalars, int k) { return (scalars >> k & 1u) ? 0 : 1; }
+
+// ---------------------------------------------------------------- vector loops
+
+// Dense float32 loops for AVX-512, AVX2+FMA and baseline x86-64, chosen at load time: exp at
+// memory speed and compile's fused blocks (which sit in L1) need the wide vectors, and baseline
+// SSE2 reaches a third of it. Not under sanitizers: the ifunc resolver runs while the program is
+// relocated, before the sanitizer runtime starts, and an instrumented resolver crashes there.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define KILN_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define KILN_SIMD_CLONES
+#endif
+
+/// An op whose `apply<float>` is branch-free states `kSimdF32`; its dense float32 loops are then
+/// built for each instruction set above.
+template <class D>
+concept SimdF32 = requires {
+  D::kSimdF32;
+};
+
+template <class D>
+KILN_SIMD_CLONES void unary_f32_loop(const float* x, float* o, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = D::template apply<float>(x[i]);
+}
+
+/// Which operands of a float32 binary loop are dense arrays (the other a broadcast scalar).
+enum class DenseOperands { both, left, right };
+
+template <class D, DenseOperands kDense>
+KILN_SIMD_CLONES void binary_f32_loop(const float* x, const float* y, float* o, int64_t n) {
+  if constexpr (kDense == DenseOperands::both) {
+    for (int64_t i = 0; i < n; ++i) o[i] = D::template apply<float>(x[i], y[i]);
+  } else if constexpr (kDense == DenseOperands::left) {
+    const float yv = *y;
+    for (int64_t i = 0; i < n; ++i) o[i] = D::template apply<float>(x[i], yv);
+  } else {
+    const float xv = *x;
+    for (int64_t i = 0; i < n; ++i) o[i] = D::template apply<float>(xv, y[i]);
+  }
+}
+#undef KILN_SIMD_CLONES
 
 // ---------------------------------------------------------------- CPU loops
 
@@ -109,13 +154,6 @@ template <class D>
 concept FloatOnly = requires {
   D::kFloatOnly;
 };
-/// A unary op may supply `static void contiguous_f32(const float*, float*, int64_t)`: a loop built
-/// for several instruction sets (target_clones) used for dense float32 input.
-template <class D>
-concept HasF32Loop = requires(const float* x, float* o) {
-  D::contiguous_f32(x, o, int64_t{0});
-};
-
 /// Base of an elementwise unary primitive D, which provides:
 ///   kName, kTypes, `template <class T> static auto apply(T)`, and either
 ///   `static Array derivative(const Array& x, const Array& y)` (dy/dx) or nothing (gradient zero);
@@ -151,12 +189,12 @@ class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
       allocate_or_donate(o, {&x});
     else
       o.allocate();
-    if constexpr (HasF32Loop<D>) {
+    if constexpr (SimdF32<D>) {
       if (x.dtype() == float32 && x.row_contiguous()) {
         const float* xp = x.strided_data<float>();
         float* op = o.strided_data<float>();
         parallel_for(o.size(), kElementwiseGrain,
-                     [&](int64_t b, int64_t e) { D::contiguous_f32(xp + b, op + b, e - b); });
+                     [&](int64_t b, int64_t e) { unary_f32_loop<D>(xp + b, op + b, e - b); });
         return;
       }
     }
@@ -170,18 +208,20 @@ class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
     });
   }
 
-  void eval_block(std::span<const void* const> in, Dtype in_dtype, void* out, int64_t n) const override {
-    if constexpr (HasF32Loop<D>) {
-      if (in_dtype == float32)
-        return D::contiguous_f32(static_cast<const float*>(in[0]), static_cast<float*>(out), n);
+  void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
+                  int64_t n) const override {
+    if constexpr (SimdF32<D>) {
+      if (in_dtype == float32 && !scalars)
+        return unary_f32_loop<D>(static_cast<const float*>(in[0]), static_cast<float*>(out), n);
     }
+    const int64_t sx = block_step(scalars, 0);
     visit_dtype<D::kTypes>(in_dtype, D::kOpName, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
       using O = std::conditional_t<OutputsBool<D>, bool, T>;
       const T* x = static_cast<const T*>(in[0]);
       O* o = static_cast<O*>(out);
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<O>(D::apply(static_cast<C>(x[i])));
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<O>(D::apply(static_cast<C>(x[i * sx])));
     });
   }
 
@@ -210,12 +250,6 @@ class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
 template <class D>
 concept HasPartials = requires(const Array& x) {
   D::partials(x, x, x);
-};
-/// A binary op may supply `static void contiguous_f32(const float*, const float*, float*, int64_t)`
-/// built for several instruction sets, used for dense float32 operands.
-template <class D>
-concept HasF32Loop2 = requires(const float* x, float* o) {
-  D::contiguous_f32(x, x, o, int64_t{0});
 };
 template <class D>
 concept DividesToFloat = requires {
@@ -260,6 +294,8 @@ class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
       allocate_or_donate(o, {&in[0], &in[1]});
     else
       o.allocate();
+    if constexpr (SimdF32<D>)
+      if (o.dtype() == float32 && dense_f32(in[0], in[1], o)) return;
     visit_dtype<D::kTypes>(in[0].dtype(), D::kOpName, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
@@ -270,12 +306,26 @@ class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
     });
   }
 
-  void eval_block(std::span<const void* const> in, Dtype in_dtype, void* out, int64_t n) const override {
-    if constexpr (HasF32Loop2<D>) {
-      if (in_dtype == float32)
-        return D::contiguous_f32(static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
-                                 static_cast<float*>(out), n);
+  void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
+                  int64_t n) const override {
+    if constexpr (SimdF32<D>) {
+      if (in_dtype == float32) {
+        const auto* x = static_cast<const float*>(in[0]);
+        const auto* y = static_cast<const float*>(in[1]);
+        auto* o = static_cast<float*>(out);
+        switch (scalars) {
+          case 0:
+            return binary_f32_loop<D, DenseOperands::both>(x, y, o, n);
+          case 1:
+            return binary_f32_loop<D, DenseOperands::right>(x, y, o, n);
+          case 2:
+            return binary_f32_loop<D, DenseOperands::left>(x, y, o, n);
+          default:
+            break;
+        }
+      }
     }
+    const int64_t sx = block_step(scalars, 0), sy = block_step(scalars, 1);
     visit_dtype<D::kTypes>(in_dtype, D::kOpName, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
@@ -284,8 +334,30 @@ class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
       const T* y = static_cast<const T*>(in[1]);
       O* o = static_cast<O*>(out);
       for (int64_t i = 0; i < n; ++i)
-        o[i] = static_cast<O>(D::apply(static_cast<C>(x[i]), static_cast<C>(y[i])));
+        o[i] = static_cast<O>(D::apply(static_cast<C>(x[i * sx]), static_cast<C>(y[i * sy])));
     });
+  }
+
+  // The vector loops for float32 operands that are dense or a single element; false otherwise.
+  static bool dense_f32(const Array& a, const Array& b, Array& out) {
+    const int64_t n = out.size();
+    const bool a_dense = a.row_contiguous() && a.size() == n, b_dense = b.row_contiguous() && b.size() == n;
+    const float* x = a.strided_data<float>();
+    const float* y = b.strided_data<float>();
+    float* o = out.strided_data<float>();
+    auto run = [&](auto loop, int64_t x_step, int64_t y_step) {
+      parallel_for(n, kElementwiseGrain,
+                   [&](int64_t s, int64_t e) { loop(x + s * x_step, y + s * y_step, o + s, e - s); });
+    };
+    if (a_dense && b_dense)
+      run(binary_f32_loop<D, DenseOperands::both>, 1, 1);
+    else if (a_dense && b.size() == 1)
+      run(binary_f32_loop<D, DenseOperands::left>, 1, 0);
+    else if (a.size() == 1 && b_dense)
+      run(binary_f32_loop<D, DenseOperands::right>, 0, 1);
+    else
+      return false;
+    return true;
   }
 
   std::vector<Array> vjp(const VjpArgs& a) const override {

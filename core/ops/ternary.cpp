@@ -40,14 +40,16 @@ class Where final : public PrimitiveWithParams<Where>, public BlockKernel {
     });
   }
   // in_dtype is the dtype of x and y; the condition block is bool.
-  void eval_block(std::span<const void* const> in, Dtype in_dtype, void* out, int64_t n) const override {
+  void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
+                  int64_t n) const override {
+    const int64_t sc = block_step(scalars, 0), sx = block_step(scalars, 1), sy = block_step(scalars, 2);
     visit_dtype<kAllTypes>(in_dtype, "where", [&](auto t) {
       using T = typename decltype(t)::type;
       const bool* c = static_cast<const bool*>(in[0]);
       const T* x = static_cast<const T*>(in[1]);
       const T* y = static_cast<const T*>(in[2]);
       T* o = static_cast<T*>(out);
-      for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? x[i] : y[i];
+      for (int64_t i = 0; i < n; ++i) o[i] = c[i * sc] ? x[i * sx] : y[i * sy];
     });
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {

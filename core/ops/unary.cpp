@@ -40,31 +40,6 @@ T erfinv_value(T y) {
   return static_cast<T>(x);
 }
 
-// Dense float32 loops compiled for AVX-512, AVX2+FMA and baseline x86-64, picked at load time:
-// exp at memory speed needs the wide vectors (baseline SSE2 reaches ~4 GB/s on 16M floats).
-// Not under sanitizers: the ifunc resolver runs while the program is relocated, before the
-// sanitizer runtime starts, and an instrumented resolver crashes there (TSan: SIGSEGV at load).
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define KILN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define KILN_CLONES
-#endif
-KILN_CLONES void exp_f32_loop(const float* x, float* o, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) o[i] = exp_f32(x[i]);
-}
-KILN_CLONES void sigmoid_f32_loop(const float* x, float* o, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float e = exp_f32(v >= 0 ? -v : v);
-    const float s = 1.0f / (1.0f + e);
-    o[i] = v >= 0 ? s : e * s;
-  }
-}
-KILN_CLONES void tanh_f32_loop(const float* x, float* o, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) o[i] = tanh_f32(x[i]);
-}
-#undef KILN_CLONES
-
 struct Negative : UnaryOp<Negative> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Negative";
@@ -116,7 +91,7 @@ struct Exp : UnaryOp<Exp> {
       return std::exp(x);
   }
   static Array derivative(const Array&, const Array& y) { return y; }
-  static void contiguous_f32(const float* x, float* o, int64_t n) { exp_f32_loop(x, o, n); }
+  static constexpr bool kSimdF32 = true;
 };
 struct Expm1 : UnaryOp<Expm1> {
   using UnaryOp::UnaryOp;
@@ -239,7 +214,7 @@ struct Tanh : UnaryOp<Tanh> {
       return std::tanh(x);
   }
   static Array derivative(const Array&, const Array& y) { return 1.0 - square(y); }
-  static void contiguous_f32(const float* x, float* o, int64_t n) { tanh_f32_loop(x, o, n); }
+  static constexpr bool kSimdF32 = true;
 };
 struct Sigmoid : UnaryOp<Sigmoid> {
   using UnaryOp::UnaryOp;
@@ -252,8 +227,7 @@ struct Sigmoid : UnaryOp<Sigmoid> {
     if constexpr (std::is_same_v<T, float>) {
       // exp of -|x| never overflows; branch-free so the loop vectorizes.
       const float e = exp_f32(x >= 0 ? -x : x);
-      const float s = 1.0f / (1.0f + e);
-      return x >= 0 ? s : e * s;
+      return (x >= 0 ? 1.0f : e) / (1.0f + e);  // one rounding less than e * (1 / (1 + e))
     } else {
       if (x >= 0) return T(1) / (T(1) + std::exp(-x));
       const T e = std::exp(x);
@@ -261,7 +235,7 @@ struct Sigmoid : UnaryOp<Sigmoid> {
     }
   }
   static Array derivative(const Array&, const Array& y) { return y * (1.0 - y); }
-  static void contiguous_f32(const float* x, float* o, int64_t n) { sigmoid_f32_loop(x, o, n); }
+  static constexpr bool kSimdF32 = true;
 };
 struct Erf : UnaryOp<Erf> {
   using UnaryOp::UnaryOp;

@@ -30,7 +30,8 @@ struct CompiledGraph {
   std::vector<Ref> outputs;
 };
 
-/// Replaces chains of elementwise steps (each feeding only the next) by fused steps.
+/// Replaces connected elementwise steps of one shape, whose intermediates are used only inside
+/// the group and are not outputs, by fused steps.
 CompiledGraph fuse_elementwise(const CompiledGraph& g);
 
 /// Builds the arrays of `g` applied to `inputs`; with `shapeless`, output shapes come from each

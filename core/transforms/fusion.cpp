@@ -22,7 +22,7 @@ struct Member {
   Dtype in_dtype, out_dtype;
 };
 
-constexpr int64_t kBlock = 2048;
+constexpr int64_t kBlock = 1024;
 
 class FusedElementwise final : public Primitive {
  public:
@@ -89,31 +89,30 @@ class FusedElementwise final : public Primitive {
     }
     const int64_t blocks = (n + kBlock - 1) / kBlock;
     parallel_for(blocks, 8, [&](int64_t b0, int64_t b1) {
-      // Per task: one block buffer per member and per scalar input (8 bytes per element covers every dtype).
-      std::vector<std::vector<uint64_t>> temps(n_buffers_ + n_ext_, std::vector<uint64_t>(kBlock));
-      for (int i = 0; i < n_ext_; ++i)
-        if (scalar[i]) {
-          const int sz = in[i].itemsize();
-          char* t = reinterpret_cast<char*>(temps[n_buffers_ + i].data());
-          for (int64_t k = 0; k < kBlock; ++k) std::memcpy(t + k * sz, base[i], sz);
-        }
+      // Per task, one arena of block buffers (8 bytes per element covers every dtype), staggered
+      // by 64 bytes so loads and stores at equal offsets of two buffers do not alias modulo 4 KiB.
+      constexpr int64_t kStride = kBlock + 8;
+      std::vector<uint64_t> arena(static_cast<size_t>(n_buffers_ * kStride));
       std::vector<const void*> args;
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t start = b * kBlock, len = std::min(kBlock, n - start);
         for (size_t m = 0; m < members_.size(); ++m) {
           const Member& mem = members_[m];
           args.clear();
+          uint32_t scalars = 0;
           for (int slot : mem.slots) {
-            if (slot >= n_ext_)
-              args.push_back(temps[buffer_of_[slot - n_ext_]].data());
-            else if (scalar[slot])
-              args.push_back(temps[n_buffers_ + slot].data());
-            else
+            if (slot >= n_ext_) {
+              args.push_back(arena.data() + buffer_of_[slot - n_ext_] * kStride);
+            } else if (scalar[slot]) {
+              scalars |= 1u << args.size();
+              args.push_back(base[slot]);
+            } else {
               args.push_back(base[slot] + start * in[slot].itemsize());
+            }
           }
           void* dst = m + 1 == members_.size() ? static_cast<char*>(o.raw_data()) + start * o.itemsize()
-                                               : static_cast<void*>(temps[buffer_of_[m]].data());
-          mem.kernel->eval_block(args, mem.in_dtype, dst, len);
+                                               : static_cast<void*>(arena.data() + buffer_of_[m] * kStride);
+          mem.kernel->eval_block(args, scalars, mem.in_dtype, dst, len);
         }
       }
     });
@@ -165,43 +164,45 @@ const BlockKernel* block_kernel(const Step& s) {
 
 CompiledGraph fuse_elementwise(const CompiledGraph& g) {
   const int n = static_cast<int>(g.steps.size());
-  std::vector<int> uses(n, 0);
+  std::vector<std::vector<int>> consumers(n);
   std::vector<bool> is_output(n, false);
-  for (const Step& s : g.steps)
-    for (const Ref& r : s.inputs)
-      if (r.kind == Ref::Kind::step) ++uses[r.index];
+  for (int k = 0; k < n; ++k)
+    for (const Ref& r : g.steps[k].inputs)
+      if (r.kind == Ref::Kind::step) consumers[r.index].push_back(k);
   for (const Ref& r : g.outputs)
     if (r.kind == Ref::Kind::step) is_output[r.index] = true;
 
-  // Grow groups from the last step backwards: a step joins its consumer's group when it is
-  // elementwise, used only there, not an output, and of the consumer's shape.
+  // Steps in reverse order, so every consumer of a step is placed before the step: an elementwise
+  // step joins its consumers' group when all of them are in that one group, it is not an output,
+  // and it has the group's shape. A value used several times inside a chain (x in x*x*x + x) thus
+  // stays in a block buffer instead of splitting the chain. Otherwise it roots a new group.
   std::vector<int> group_of(n, -1);
   std::vector<std::vector<int>> groups;
-  for (int root = n - 1; root >= 0; --root) {
-    if (group_of[root] >= 0 || !block_kernel(g.steps[root])) continue;
-    std::vector<int> members{root}, stack{root};
-    group_of[root] = static_cast<int>(groups.size());
-    while (!stack.empty()) {
-      const int k = stack.back();
-      stack.pop_back();
-      for (const Ref& r : g.steps[k].inputs) {
-        if (r.kind != Ref::Kind::step || group_of[r.index] >= 0) continue;
-        const Step& in = g.steps[r.index];
-        if (!block_kernel(in) || uses[r.index] != 1 || is_output[r.index] ||
-            in.shapes[0] != g.steps[root].shapes[0])
-          continue;
-        group_of[r.index] = group_of[root];
-        members.push_back(r.index);
-        stack.push_back(r.index);
-      }
+  std::vector<Shape> group_shape;
+  for (int k = n - 1; k >= 0; --k) {
+    if (!block_kernel(g.steps[k])) continue;
+    int joined = -1;
+    if (!is_output[k] && !consumers[k].empty()) {
+      joined = group_of[consumers[k][0]];
+      for (int c : consumers[k])
+        if (group_of[c] != joined) joined = -1;
+      if (joined >= 0 && group_shape[joined] != g.steps[k].shapes[0]) joined = -1;
     }
+    if (joined < 0) {
+      joined = static_cast<int>(groups.size());
+      groups.emplace_back();
+      group_shape.push_back(g.steps[k].shapes[0]);
+    }
+    group_of[k] = joined;
+    groups[joined].push_back(k);
+  }
+  // A group of one step stays as it is; members go in step order (the root last).
+  for (auto& members : groups) {
     if (members.size() < 2) {
-      group_of[root] = -1;
       for (int m : members) group_of[m] = -1;
       continue;
     }
-    std::sort(members.begin(), members.end());
-    groups.push_back(std::move(members));
+    std::reverse(members.begin(), members.end());
   }
 
   // Rebuild: unfused steps are copied, each group becomes one step at its root's position.

@@ -2,6 +2,7 @@
 // shapeless graphs, simplification, fusion, and compiled functions under the other transforms.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 
@@ -39,6 +40,46 @@ TEST(Compile, BroadcastingScalarAndStridedInputsInAFusedChain) {
   expect_close(f({x, b})[0], values(exp(x * b + 1.0f) - b));
   const Array big = random_array({100000}, float32, 4);  // many blocks, several threads
   expect_close(f({big, Array(0.5f)})[0], values(exp(big * 0.5f + 1.0f) - 0.5f));
+}
+
+TEST(Compile, ValuesUsedSeveralTimesInsideAChainStayInIt) {
+  // The second block reads h four times; every read is inside the chain, so one node remains,
+  // reading x and the scalar constants.
+  auto f = compile([](const std::vector<Array>& a) {
+    const Array h = gelu_like(a[0]) * 1.1f - 0.2f;
+    return std::vector<Array>{gelu_like(h)};
+  });
+  const Array x = random_array({3000}, float32, 6, -3, 3);
+  const Array y = f({x})[0];
+  ASSERT_TRUE(y.has_primitive());
+  EXPECT_STREQ(y.primitive()->name(), "FusedElementwise");
+  for (const Array& in : y.inputs()) EXPECT_TRUE(in.id() == x.id() || in.size() == 1);
+  expect_close(y, values(gelu_like(gelu_like(x) * 1.1f - 0.2f)));
+
+  // A value that is also an output is computed once, by its own node, and read by the rest.
+  auto g = compile([](const std::vector<Array>& a) {
+    const Array h = exp(a[0]) + 1.0f;
+    return std::vector<Array>{h, sqrt(h) * 2.0f - h};
+  });
+  const auto out = g({x});
+  ASSERT_TRUE(out[1].has_primitive());
+  const auto reads = out[1].inputs();
+  EXPECT_TRUE(std::any_of(reads.begin(), reads.end(), [&](const Array& r) { return r.id() == out[0].id(); }));
+  expect_close(out[0], values(exp(x) + 1.0f));
+  expect_close(out[1], values(sqrt(exp(x) + 1.0f) * 2.0f - (exp(x) + 1.0f)));
+}
+
+TEST(Compile, ScalarOperandsInFusedChainsOfEveryKind) {
+  // Integer and float64 members take the generic block loops, with scalars broadcast in place.
+  auto ints =
+      compile([](const std::vector<Array>& a) { return std::vector<Array>{(3 * a[0] + 2) - a[0] * a[0]}; });
+  const Array i = astype(random_array({2500}, float32, 7, -50, 50), int32);
+  expect_close(ints({i})[0], values((3 * i + 2) - i * i));
+  auto sel = compile([](const std::vector<Array>& a) {
+    return std::vector<Array>{where(a[0] > 0.0, a[0] * 2.0, Array(0.5)) + astype(a[0] < 1.0, float64)};
+  });
+  const Array d = random_array({2500}, float64, 8, -2, 2);
+  expect_close(sel({d})[0], values(where(d > 0.0, d * 2.0, Array(0.5)) + astype(d < 1.0, float64)));
 }
 
 TEST(Compile, RetracesExactlyWhenTheSignatureChanges) {

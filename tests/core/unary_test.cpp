@@ -102,6 +102,57 @@ TEST(Unary, SecondDerivatives) {
   }
 }
 
+// Distance in float32 units in the last place between a float result and the exact value.
+double ulps(float got, double exact) {
+  const float rounded = static_cast<float>(exact);
+  const double ulp =
+      std::nextafter(std::abs(rounded), std::numeric_limits<float>::infinity()) - std::abs(rounded);
+  return std::abs(static_cast<double>(got) - exact) /
+         (ulp > 0 ? ulp : std::numeric_limits<float>::denorm_min());
+}
+
+// The float32 vector formulas (exp, tanh, sigmoid) over a dense sweep of their interesting range
+// plus their edges, against libm in float64.
+TEST(Unary, Float32FastPathsStayWithinTheirUlpBounds) {
+  std::vector<float> xs;
+  for (float x = -30.0f; x <= 30.0f; x += 3.3e-4f) xs.push_back(x);
+  for (float x = 1e-30f; x < 1.0f; x *= 1.01f) xs.insert(xs.end(), {x, -x});  // tiny magnitudes
+  struct Case {
+    const char* name;
+    Array (*op)(const Array&, StreamOrDevice);
+    double (*ref)(double);
+    double lo, hi;  // where the float32 result is a normal number
+    double max_ulps;
+  };
+  const Case cases[] = {
+      {"exp", exp, [](double v) { return std::exp(v); }, -87.0, 88.0, 1.0},
+      {"tanh", tanh, [](double v) { return std::tanh(v); }, -30.0, 30.0, 2.0},
+      {"sigmoid", sigmoid, [](double v) { return 1.0 / (1.0 + std::exp(-v)); }, -87.0, 30.0, 2.5},
+  };
+  const Array x(xs, {static_cast<int64_t>(xs.size())});
+  for (const Case& c : cases) {
+    const std::vector<float> got = c.op(x, {}).to_vector<float>();
+    double worst = 0;
+    float worst_at = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if (xs[i] < c.lo || xs[i] > c.hi) continue;
+      const double e = ulps(got[i], c.ref(xs[i]));
+      if (e > worst) worst = e, worst_at = xs[i];
+    }
+    EXPECT_LE(worst, c.max_ulps) << c.name << ": worst at x = " << worst_at;
+  }
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  const Array edges({-inf, inf, nan, 100.0f, -200.0f});
+  EXPECT_EQ(exp(edges).to_vector<float>()[0], 0.0f);
+  EXPECT_EQ(exp(edges).to_vector<float>()[1], inf);
+  EXPECT_TRUE(std::isnan(exp(edges).to_vector<float>()[2]));
+  EXPECT_EQ(exp(edges).to_vector<float>()[3], inf);
+  EXPECT_EQ(tanh(edges).to_vector<float>()[0], -1.0f);
+  EXPECT_EQ(tanh(edges).to_vector<float>()[1], 1.0f);
+  EXPECT_TRUE(std::isnan(tanh(edges).to_vector<float>()[2]));
+  EXPECT_EQ(sigmoid(edges).to_vector<float>()[4], 0.0f);
+}
+
 TEST(Unary, IntegerInputPromotesToFloatForTranscendentals) {
   const Array x({1, 2, 3});
   const Array y = exp(x);
