@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <numbers>
 
 #include "kiln/core/cpu/dispatch.h"
@@ -223,6 +224,37 @@ std::pair<int64_t, int64_t> int_limits(Dtype t) {
 Array key(uint64_t seed) {
   const std::vector<uint32_t> words{static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(seed)};
   return Array(words, {2});
+}
+
+namespace {
+struct DefaultKeys {
+  std::mutex mutex;
+  uint64_t seed = 0, count = 0;
+};
+DefaultKeys& default_keys() {
+  static DefaultKeys keys;
+  return keys;
+}
+// splitmix64: distinct (seed, count) give well-mixed, distinct 64-bit key seeds.
+uint64_t mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+Array next_key() {
+  DefaultKeys& d = default_keys();
+  std::lock_guard lock(d.mutex);
+  return key(mix(mix(d.seed) ^ d.count++));
+}
+
+void seed(uint64_t s) {
+  DefaultKeys& d = default_keys();
+  std::lock_guard lock(d.mutex);
+  d.seed = s;
+  d.count = 0;
 }
 
 Array split(const Array& key, int num, StreamOrDevice s) {

@@ -14,6 +14,13 @@ namespace kiln::random {
 
 /// A key from a seed: [seed >> 32, seed & 0xffffffff], as jax.random.PRNGKey.
 Array key(uint64_t seed);
+/// The next key of the process-wide default sequence, for code that is not handed a key (a
+/// layer's default initialization). seed(s) restarts the sequence; keys follow the order of the
+/// calls, so on several threads that order is the scheduler's: pass explicit keys where
+/// reproducibility across threads matters. Thread-safe.
+Array next_key();
+/// Restarts the default key sequence from `s` (the sequence starts from seed 0 at load).
+void seed(uint64_t s);
 /// `num` independent keys, shape (num, 2) (JAX's split). Throws ValueError if num < 0.
 Array split(const Array& key, int num = 2, StreamOrDevice s = {});
 /// The rows of split(key, num) as separate (2,) keys: `auto ks = split_keys(k); uniform(.., ks[0])`.

@@ -1,0 +1,98 @@
+#include "kiln/nn/param_tree.h"
+
+#include "kiln/core/error.h"
+
+namespace kiln::nn {
+
+ParamTree::ParamTree(std::initializer_list<Item> items) {
+  for (const Item& it : items) set(it.first, it.second);
+}
+
+bool ParamTree::contains(std::string_view key) const { return index_.find(key) != index_.end(); }
+
+const Array& ParamTree::at(std::string_view key) const {
+  auto it = index_.find(key);
+  if (it != index_.end()) return items_[it->second].second;
+  // Name a neighbour: most misses are a typo or a missing prefix.
+  auto near = index_.lower_bound(key);
+  if (near == index_.end() && !index_.empty()) --near;
+  if (near == index_.end()) throw KeyError::of("ParamTree", "no such key", "'{}' (the tree is empty)", key);
+  throw KeyError::of("ParamTree", "no such key", "'{}' ({} keys; nearest: '{}')", key, items_.size(),
+                     near->first);
+}
+
+void ParamTree::set(std::string key, Array value) {
+  if (key.empty()) throw ValueError::of("ParamTree", "empty key");
+  auto it = index_.find(key);
+  if (it != index_.end()) {
+    items_[it->second].second = std::move(value);
+    return;
+  }
+  index_.emplace(key, items_.size());
+  items_.emplace_back(std::move(key), std::move(value));
+}
+
+bool ParamTree::erase(std::string_view key) {
+  auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  const size_t pos = it->second;
+  index_.erase(it);
+  items_.erase(items_.begin() + static_cast<std::ptrdiff_t>(pos));
+  for (auto& [k, i] : index_)
+    if (i > pos) --i;
+  return true;
+}
+
+std::vector<std::string> ParamTree::keys() const {
+  std::vector<std::string> out;
+  out.reserve(items_.size());
+  for (const Item& it : items_) out.push_back(it.first);
+  return out;
+}
+
+std::vector<Array> ParamTree::values() const {
+  std::vector<Array> out;
+  out.reserve(items_.size());
+  for (const Item& it : items_) out.push_back(it.second);
+  return out;
+}
+
+ParamTree ParamTree::subtree(std::string_view prefix) const {
+  ParamTree out;
+  for (const Item& it : items_) {
+    const std::string_view k = it.first;
+    if (k.size() > prefix.size() && k.substr(0, prefix.size()) == prefix && k[prefix.size()] == '.')
+      out.set(std::string(k.substr(prefix.size() + 1)), it.second);
+  }
+  return out;
+}
+
+ParamTree ParamTree::prefixed(std::string_view prefix) const {
+  ParamTree out;
+  for (const Item& it : items_) out.set(std::string(prefix) + "." + it.first, it.second);
+  return out;
+}
+
+ParamTree ParamTree::map(const std::function<Array(const std::string&, const Array&)>& f) const {
+  ParamTree out;
+  for (const Item& it : items_) out.set(it.first, f(it.first, it.second));
+  return out;
+}
+
+void eval(const ParamTree& tree) { eval(std::vector<const ParamTree*>{&tree}); }
+
+void eval(const std::vector<const ParamTree*>& trees) {
+  std::vector<Array> all;
+  for (const ParamTree* t : trees)
+    for (const auto& [key, a] : *t)
+      if (a.valid()) all.push_back(a);
+  kiln::eval(all);
+}
+
+int64_t num_elements(const ParamTree& tree) {
+  int64_t n = 0;
+  for (const auto& [key, a] : tree) n += a.size();
+  return n;
+}
+
+}  // namespace kiln::nn
