@@ -57,6 +57,7 @@ bench: deps-bench
 	$(call build,release)
 	$(call build,release) --target run_benchmarks
 	/usr/bin/python3 bench/mlp_vs_pytorch.py --build build/release --threads 2
+	/usr/bin/python3 bench/train_vs_pytorch.py --build build/release --threads 2
 
 asan: deps
 	$(call configure,asan)
@@ -69,14 +70,17 @@ tsan: deps
 	$(call test,tsan)
 
 # The concurrency tests under ThreadSanitizer, as CI runs them: only their binaries are built (the
-# library and two tests, where `make tsan` builds everything) and any report fails the run
+# library and the concurrency tests, where `make tsan` builds everything) and any report fails the run
 # (halt_on_error). docs/threading.md says what they cover. array_test runs only its thread tests:
 # its million-node graphs take half a minute under TSan and have one thread.
 TSAN_OPTIONS_CI = halt_on_error=1 second_deadlock_stack=1 history_size=4
 tsan-threads: deps
 	$(call configure,tsan)
-	$(call build,tsan) --target threads_test array_test
+	$(call build,tsan) --target threads_test array_test materialized_module_test layers_attention_test data_loader_test
 	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/threads_test
+	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/materialized_module_test
+	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/layers_attention_test
+	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/data_loader_test
 	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/array_test --gtest_filter='ArrayThreads.*'
 
 SOURCES = find . \( -path './build*' -o -path './.*' \) -prune -o \

@@ -6,12 +6,8 @@ usage: /usr/bin/python3 bench/mlp_vs_pytorch.py (Debian's python, which has pyth
       bench/mlp_vs_pytorch.py [--build build/release] [--threads 2]
 """
 import argparse
-import json
-import os
-import statistics
-import subprocess
-import sys
-import time
+
+from peer import kiln_medians, median_ms
 
 
 def torch_times(threads, repeats=50):
@@ -36,36 +32,8 @@ def torch_times(threads, repeats=50):
         loss.backward()
         return loss
 
-    out = {}
-    for name, fn in (("forward", fwd), ("forward_backward", fwd_bwd)):
-        for _ in range(5):
-            fn()
-        samples = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t) * 1e3)
-        out[name] = statistics.median(samples)
+    out = {name: median_ms(fn, repeats) for name, fn in (("forward", fwd), ("forward_backward", fwd_bwd))}
     return out, torch.__version__
-
-
-def kiln_times(build, threads):
-    exe = os.path.join(build, "bench", "mlp_bench")
-    if not os.path.exists(exe):
-        sys.exit(f"{exe} not found: build with `make bench` (or -DKILN_BENCH=ON) first")
-    env = dict(os.environ, KILN_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
-    res = subprocess.run(
-        [exe, "--benchmark_format=json", "--benchmark_repetitions=5", "--benchmark_report_aggregates_only=true"],
-        env=env, check=True, capture_output=True, text=True,
-    )
-    data = json.loads(res.stdout)
-    out = {}
-    for b in data["benchmarks"]:
-        if b.get("aggregate_name") != "median":
-            continue
-        name = b["run_name"].replace("BM_kiln_mlp_", "").split("/")[0]
-        out[name] = b["real_time"] if b["time_unit"] == "ms" else b["real_time"] / 1e6
-    return out
 
 
 def main():
@@ -73,7 +41,7 @@ def main():
     ap.add_argument("--build", default="build/release")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    k = kiln_times(args.build, args.threads)
+    k = kiln_medians(args.build, "mlp_bench", args.threads, "BM_kiln_mlp_")
     t, version = torch_times(args.threads)
     print(f"MLP 784-512-512-10, batch 128, {args.threads} threads; PyTorch {version}; medians in ms")
     print(f"{'':18s}{'kiln':>10s}{'PyTorch':>10s}{'kiln/PyTorch':>14s}")

@@ -14,7 +14,7 @@ install(TARGETS kiln
 # Public headers keep their path: core/array.h -> include/kiln/core/array.h. Whatever matches an
 # EXCLUDE below is internal: built-in primitive classes, *_impl.h, the CPU and Vulkan backends and
 # transforms/internal*. Excluding a directory drops everything beneath it.
-foreach(dir core nn optim io)
+foreach(dir core nn optim io models)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}
     DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln
     FILES_MATCHING

@@ -40,6 +40,10 @@ enum class Verify : unsigned {
 constexpr Verify operator|(Verify a, Verify b) {
   return static_cast<Verify>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
 }
+constexpr Verify operator&(Verify a, Verify b) {
+  return static_cast<Verify>(static_cast<unsigned>(a) & static_cast<unsigned>(b));
+}
+constexpr Verify operator~(Verify a) { return static_cast<Verify>(~static_cast<unsigned>(a) & 15u); }
 constexpr bool has(Verify set, Verify flag) {
   return (static_cast<unsigned>(set) & static_cast<unsigned>(flag)) != 0;
 }

@@ -11,6 +11,7 @@ base_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libxxhash-dev
   clang-format
+  zlib1g-dev dataset-fashion-mnist
 )
 bench_packages=(python3-torch python3-numpy)
 

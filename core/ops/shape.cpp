@@ -291,6 +291,8 @@ Array expand_dims(const Array& a, const Axes& axes, StreamOrDevice s) {
   return reshape(a, shape, s);
 }
 
+Array squeeze(const Array& a, int axis, StreamOrDevice s) { return squeeze(a, Axes{axis}, s); }
+
 Array expand_dims(const Array& a, int axis, StreamOrDevice s) { return expand_dims(a, Axes{axis}, s); }
 
 Array broadcast_to(const Array& a, const Shape& shape, StreamOrDevice s) {

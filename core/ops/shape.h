@@ -16,6 +16,7 @@ Array moveaxis(const Array& a, int source, int destination, StreamOrDevice s = {
 /// Removes size-1 axes (the given ones, or all). Throws ShapeError for an axis whose size is not 1.
 Array squeeze(const Array& a, const Axes& axes, StreamOrDevice s = {});
 Array squeeze(const Array& a, StreamOrDevice s = {});
+Array squeeze(const Array& a, int axis, StreamOrDevice s = {});
 Array expand_dims(const Array& a, const Axes& axes, StreamOrDevice s = {});
 Array expand_dims(const Array& a, int axis, StreamOrDevice s = {});
 Array broadcast_to(const Array& a, const Shape& shape, StreamOrDevice s = {});

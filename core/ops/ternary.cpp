@@ -18,6 +18,7 @@ class Where final : public PrimitiveWithParams<Where>, public BlockKernel {
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     Array& o = out[0];
     allocate_or_donate(o, {&in[1], &in[2]});
+    if (dense_or_scalar(in, o)) return;
     const Strides sc = broadcast_strides(in[0].shape(), in[0].strides(), o.shape());
     const Strides sx = broadcast_strides(in[1].shape(), in[1].strides(), o.shape());
     const Strides sy = broadcast_strides(in[2].shape(), in[2].strides(), o.shape());
@@ -38,6 +39,57 @@ class Where final : public PrimitiveWithParams<Where>, public BlockKernel {
                      });
                    });
     });
+  }
+  // Inputs each dense (row-contiguous, full size) or a single element: loops the compiler
+  // vectorizes (relu is where(x <= 0, 0, x)), one instantiation per scalar pattern.
+  static bool dense_or_scalar(std::span<const Array> in, Array& o) {
+    const int64_t n = o.size();
+    uint32_t scalars = 0;
+    for (int k = 0; k < 3; ++k) {
+      if (in[k].size() == 1 && n != 1)
+        scalars |= 1u << k;
+      else if (!(in[k].row_contiguous() && in[k].size() == n))
+        return false;
+    }
+    const bool* c = in[0].strided_data<bool>();
+    visit_dtype<kAllTypes>(o.dtype(), "where", [&](auto t) {
+      using T = typename decltype(t)::type;
+      const T* x = in[1].strided_data<T>();
+      const T* y = in[2].strided_data<T>();
+      T* r = o.strided_data<T>();
+      auto run = [&]<bool kC, bool kX, bool kY>() {
+        parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) r[i] = c[kC ? 0 : i] ? x[kX ? 0 : i] : y[kY ? 0 : i];
+        });
+      };
+      switch (scalars) {
+        case 0:
+          run.template operator()<false, false, false>();
+          break;
+        case 1:
+          run.template operator()<true, false, false>();
+          break;
+        case 2:
+          run.template operator()<false, true, false>();
+          break;
+        case 3:
+          run.template operator()<true, true, false>();
+          break;
+        case 4:
+          run.template operator()<false, false, true>();
+          break;
+        case 5:
+          run.template operator()<true, false, true>();
+          break;
+        case 6:
+          run.template operator()<false, true, true>();
+          break;
+        default:
+          run.template operator()<true, true, true>();
+          break;
+      }
+    });
+    return true;
   }
   // in_dtype is the dtype of x and y; the condition block is bool.
   void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,

@@ -174,6 +174,7 @@ TEST(SqueezeExpandDims, ShapesValuesAndErrors) {
   EXPECT_EQ(squeeze(a).shape(), (Shape{3, 2}));
   EXPECT_EQ(squeeze(a, {-2}).shape(), (Shape{1, 3, 2}));
   EXPECT_EQ(squeeze(a, {0, 2}).shape(), (Shape{3, 2}));
+  EXPECT_EQ(squeeze(a, 0).shape(), (Shape{3, 1, 2}));
   expect_close(squeeze(a), values(a));
   EXPECT_THROW(squeeze(a, {1}), ShapeError);
   EXPECT_THROW(squeeze(a, {0, 0}), ShapeError);

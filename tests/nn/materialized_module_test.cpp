@@ -8,7 +8,9 @@
 #include <thread>
 
 #include "kiln/core/exclusive.h"
+#include "kiln/nn/layers/embedding.h"
 #include "kiln/nn/layers/linear.h"
+#include "kiln/nn/layers/transformer.h"
 #include "kiln/nn/value_and_grad.h"
 #include "support/op_test.h"
 
@@ -90,24 +92,50 @@ TEST(MaterializedModule, SnapshotOfADifferentArchitectureIsRefusedByKey) {
   EXPECT_NO_THROW((void)MaterializedModule<Tower>::snapshot(trained, 32));
 }
 
-TEST(MaterializedModule, EightThreadsTwoHundredCallsEachAreBitIdenticalToSerial) {
-  auto frozen = MaterializedModule<Mlp>(std::make_unique<Mlp>(20));
-  constexpr int kThreads = 8, kCalls = 200;
-  std::vector<Array> inputs;
-  std::vector<std::vector<float>> serial;
-  for (int t = 0; t < kThreads; ++t) {
-    inputs.push_back(random_array({4, 16}, float32, 100 + t));
-    serial.push_back(frozen(inputs[t]).to_vector<float>());
+// A small transformer: token embedding, two causal encoder layers, a head.
+struct TinyTransformer : Module {
+  ModuleInfo<Embedding> embed{this, "embed", 16, 32, EmbeddingOptions{.key = random::key(30)}};
+  ModuleList<TransformerEncoderLayer> layers{this, "layers"};
+  ModuleInfo<Linear> head{this, "head", 32, 16, LinearOptions{.key = random::key(31)}};
+  TinyTransformer() {
+    for (uint64_t i = 0; i < 2; ++i)
+      layers.emplace_back(32, 4, TransformerLayerOptions{.dim_feedforward = 64, .key = random::key(40 + i)});
   }
+  Array operator()(const Array& tokens) const {
+    Array h = embed(tokens);
+    for (const auto& layer : layers) h = (*layer)(h, EncoderLayerArgs{.is_causal = true});
+    return head(h);
+  }
+};
+
+// kThreads threads each call `model` kCalls times on their own input; every result must equal the
+// serial one bit for bit.
+template <class M>
+void expect_concurrent_calls_match_serial(const M& model, const std::vector<Array>& inputs) {
+  constexpr int kCalls = 200;
+  std::vector<std::vector<float>> serial;
+  for (const Array& in : inputs) serial.push_back(model(in).template to_vector<float>());
   std::atomic<int> mismatches{0};
   std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t)
+  for (size_t t = 0; t < inputs.size(); ++t)
     threads.emplace_back([&, t] {
       for (int c = 0; c < kCalls; ++c)
-        if (frozen(inputs[t]).to_vector<float>() != serial[t]) ++mismatches;
+        if (model(inputs[t]).template to_vector<float>() != serial[t]) ++mismatches;
     });
   for (auto& th : threads) th.join();
   EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST(MaterializedModule, EightThreadsTwoHundredCallsEachAreBitIdenticalToSerial) {
+  const auto mlp = MaterializedModule<Mlp>(std::make_unique<Mlp>(20));
+  std::vector<Array> features;
+  for (int t = 0; t < 8; ++t) features.push_back(random_array({4, 16}, float32, 100 + t));
+  expect_concurrent_calls_match_serial(mlp, features);
+
+  const auto transformer = MaterializedModule<TinyTransformer>(std::make_unique<TinyTransformer>());
+  std::vector<Array> tokens;
+  for (int t = 0; t < 8; ++t) tokens.push_back(random::randint({2, 12}, random::key(200 + t), 0, 16));
+  expect_concurrent_calls_match_serial(transformer, tokens);
 }
 
 TEST(Exclusive, OneThreadAtATimeThroughWithAndLock) {

@@ -1,0 +1,80 @@
+#include "kiln/nn/layers/lora.h"
+
+#include <cmath>
+
+#include "kiln/core/error.h"
+#include "kiln/core/ops/binary.h"
+#include "kiln/core/ops/creation.h"
+#include "kiln/core/ops/linalg.h"
+#include "kiln/core/ops/shape.h"
+#include "kiln/core/random.h"
+#include "kiln/nn/init.h"
+#include "kiln/nn/layers/dropout.h"
+
+namespace kiln::nn {
+
+LoRALinear::LoRALinear(int64_t in_features, int64_t out_features, LoRAOptions o)
+    : in_(in_features), out_(out_features), r_(o.r), scale_(0), dropout_(o.dropout) {
+  if (in_features < 1 || out_features < 1)
+    throw ValueError::of("LoRALinear", "features must be >= 1", "in {}, out {}", in_features, out_features);
+  const auto keys = random::split_keys(o.key.valid() ? o.key : random::next_key(), 3);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  weight.set(init::uniform({out_features, in_features}, -bound, bound, o.dtype, keys[0]));
+  if (o.bias) bias.set(init::uniform({out_features}, -bound, bound, o.dtype, keys[1]));
+  init_adapter(o, keys[2]);
+}
+
+LoRALinear::LoRALinear(const Linear& base, LoRAOptions o)
+    : in_(base.in_features()), out_(base.out_features()), r_(o.r), scale_(0), dropout_(o.dropout) {
+  weight.set(base.weight.value());
+  if (base.bias.has_value()) bias.set(base.bias.value());
+  o.dtype = base.weight.value().dtype();
+  init_adapter(o, o.key.valid() ? o.key : random::next_key());
+}
+
+void LoRALinear::init_adapter(const LoRAOptions& o, const Array& key) {
+  if (o.r < 1) throw ValueError::of("LoRALinear", "rank r must be >= 1", "got {}", o.r);
+  if (!(o.dropout >= 0 && o.dropout < 1))
+    throw ValueError::of("LoRALinear", "dropout must be in [0, 1)", "got {}", o.dropout);
+  scale_ = o.alpha / static_cast<double>(o.r);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
+  lora_a.set(init::uniform({o.r, in_}, -bound, bound, o.dtype, key));
+  lora_b.set(zeros({out_, o.r}, o.dtype));
+  freeze({"weight"}, /*recurse=*/false);
+  if (bias.has_value()) freeze({"bias"}, /*recurse=*/false);
+}
+
+Array LoRALinear::operator()(const Array& x) const { return (*this)(x, Array()); }
+
+Array LoRALinear::operator()(const Array& x, const Array& dropout_key) const {
+  if (!x.valid() || x.ndim() < 1 || x.shape().back() != in_)
+    throw ShapeError::of("LoRALinear", "input's last dimension must be in_features",
+                         "expected (..., {}), got {}", in_,
+                         x.valid() ? shape_str(x.shape()) : std::string("an empty Array"));
+  Array y = matmul(x, transpose(weight.value()));
+  if (bias.has_value()) y = y + bias.value();
+  if (merged_) return y;
+  const Array xa = is_training() && dropout_ > 0 ? dropout(x, dropout_, dropout_key) : x;
+  const Array low = matmul(matmul(xa, transpose(lora_a.value())), transpose(lora_b.value()));
+  return y + low * scale_;
+}
+
+Array LoRALinear::delta() const { return matmul(lora_b.value(), lora_a.value()) * scale_; }
+
+void LoRALinear::merge() {
+  if (merged_) return;
+  const Array w = weight.value() + delta();
+  w.eval();
+  weight.set(w);
+  merged_ = true;
+}
+
+void LoRALinear::unmerge() {
+  if (!merged_) return;
+  const Array w = weight.value() - delta();
+  w.eval();
+  weight.set(w);
+  merged_ = false;
+}
+
+}  // namespace kiln::nn

@@ -1,0 +1,110 @@
+#include "kiln/optim/adam.h"
+
+#include <cmath>
+
+#include "kiln/core/ops/binary.h"
+#include "kiln/core/ops/unary.h"
+
+namespace kiln::optim {
+
+namespace {
+
+struct AdamMath {
+  std::array<double, 2> betas;
+  double eps;
+  bool amsgrad;
+};
+
+// torch.optim.Adam's single-tensor step on g (weight decay already applied); p is the parameter
+// to step from. Scalars are folded on the host so the graph is a few elementwise ops.
+Array adam_step(const AdamMath& a, const Array& p, const Array& g, double lr, int64_t t,
+                std::map<std::string, Array, std::less<>>& s) {
+  const auto [b1, b2] = a.betas;
+  Array& m = s.at("exp_avg");
+  Array& v = s.at("exp_avg_sq");
+  m = detail::lerp(m, g, 1.0 - b1);
+  v = b2 * v + (1.0 - b2) * (g * g);
+  const double step_size = lr / (1.0 - std::pow(b1, static_cast<double>(t)));
+  const double bc2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(t)));
+  Array denom;
+  if (a.amsgrad) {
+    Array& vmax = s.at("max_exp_avg_sq");
+    vmax = maximum(vmax, v);
+    denom = sqrt(vmax) / bc2_sqrt + a.eps;
+  } else {
+    denom = sqrt(v) / bc2_sqrt + a.eps;
+  }
+  return p - step_size * (m / denom);
+}
+
+template <class Options, class Require>
+void check_adam_options(const Options& o, const Require& require) {
+  require(o.eps >= 0, "eps", ">= 0", o.eps);
+  require(o.betas[0] >= 0 && o.betas[0] < 1, "betas[0]", "in [0, 1)", o.betas[0]);
+  require(o.betas[1] >= 0 && o.betas[1] < 1, "betas[1]", "in [0, 1)", o.betas[1]);
+  require(o.weight_decay >= 0, "weight_decay", ">= 0", o.weight_decay);
+}
+
+std::vector<std::string> adam_slot_names(bool amsgrad) {
+  if (amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+}  // namespace
+
+Adam::Adam(AdamOptions options) : Optimizer("Adam", options.lr), o_(std::move(options)) {
+  check_adam_options(
+      o_, [this](bool ok, const char* what, const char* bound, double v) { require(ok, what, bound, v); });
+}
+
+std::vector<Optimizer::Slot> Adam::slots(const Shape& param_shape) const {
+  std::vector<Slot> out;
+  for (auto& n : adam_slot_names(o_.amsgrad)) out.push_back({n, param_shape});
+  return out;
+}
+
+Array Adam::update_one(const Array& param, const Array& grad, double lr, int64_t count, Slots& slots) const {
+  Array g = o_.maximize ? -grad : grad;
+  if (o_.weight_decay != 0) g = g + o_.weight_decay * param;
+  return adam_step({o_.betas, o_.eps, o_.amsgrad}, param, g, lr, count, slots);
+}
+
+AdamW::AdamW(AdamWOptions options) : Optimizer("AdamW", options.lr), o_(std::move(options)) {
+  check_adam_options(
+      o_, [this](bool ok, const char* what, const char* bound, double v) { require(ok, what, bound, v); });
+}
+
+std::vector<Optimizer::Slot> AdamW::slots(const Shape& param_shape) const {
+  std::vector<Slot> out;
+  for (auto& n : adam_slot_names(o_.amsgrad)) out.push_back({n, param_shape});
+  return out;
+}
+
+Array AdamW::update_one(const Array& param, const Array& grad, double lr, int64_t count, Slots& slots) const {
+  const Array g = o_.maximize ? -grad : grad;
+  const Array p = o_.weight_decay != 0 ? param * (1.0 - lr * o_.weight_decay) : param;
+  return adam_step({o_.betas, o_.eps, o_.amsgrad}, p, g, lr, count, slots);
+}
+
+Adamax::Adamax(AdamaxOptions options) : Optimizer("Adamax", options.lr), o_(std::move(options)) {
+  check_adam_options(
+      o_, [this](bool ok, const char* what, const char* bound, double v) { require(ok, what, bound, v); });
+}
+
+std::vector<Optimizer::Slot> Adamax::slots(const Shape& param_shape) const {
+  return {{"exp_avg", param_shape}, {"exp_inf", param_shape}};
+}
+
+Array Adamax::update_one(const Array& param, const Array& grad, double lr, int64_t count,
+                         Slots& slots) const {
+  Array g = o_.maximize ? -grad : grad;
+  if (o_.weight_decay != 0) g = g + o_.weight_decay * param;
+  Array& m = slots.at("exp_avg");
+  Array& u = slots.at("exp_inf");
+  m = detail::lerp(m, g, 1.0 - o_.betas[0]);
+  u = maximum(o_.betas[1] * u, abs(g) + o_.eps);
+  const double clr = lr / (1.0 - std::pow(o_.betas[0], static_cast<double>(count)));
+  return param - clr * (m / u);
+}
+
+}  // namespace kiln::optim
