@@ -15,6 +15,7 @@
 #include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/index.h"
 #include "kiln/core/ops/linalg.h"
+#include "kiln/core/ops/pooling.h"
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/scan.h"
 #include "kiln/core/ops/shape.h"

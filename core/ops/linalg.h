@@ -11,5 +11,10 @@ Array matmul(const Array& a, const Array& b, StreamOrDevice s = {});
 /// beta * c + alpha * (a @ b), with c broadcast to the product's shape.
 Array addmm(const Array& c, const Array& a, const Array& b, float alpha = 1.0f, float beta = 1.0f,
             StreamOrDevice s = {});
+/// x @ weight^T + bias, as torch.nn.functional.linear: x (..., in), weight (out, in), bias (out)
+/// or empty; result (..., out). float32/float64 run as one GEMM with the bias as its addend, and the
+/// weight gradient comes out row-major in weight's layout (not as a transposed view). Throws
+/// ShapeError for mismatched shapes.
+Array linear(const Array& x, const Array& weight, const Array& bias = Array(), StreamOrDevice s = {});
 
 }  // namespace kiln

@@ -34,12 +34,6 @@ int64_t checked_embed_dim(int64_t embed_dim, int64_t num_heads, const MultiHeadA
   return embed_dim;
 }
 
-// x (..., in) @ w^T + b.
-Array linear(const Array& x, const Array& w, const Array& b) {
-  Array y = matmul(x, transpose(w));
-  return b.valid() ? y + b : y;
-}
-
 Array rows(const Array& a, int64_t start, int64_t stop) { return slice(a, {Slice{start, stop}}); }
 
 // (B, L, H * D) -> (B, H, L, D).

@@ -26,10 +26,7 @@ Array Linear::operator()(const Array& x) const {
   if (x.ndim() < 1 || x.shape().back() != in_)
     throw ShapeError::of("Linear", "input's last dimension must be in_features", "expected (..., {}), got {}",
                          in_, shape_str(x.shape()));
-  const Array wt = transpose(weight.value());
-  if (!bias.has_value()) return matmul(x, wt);
-  if (x.ndim() == 2) return addmm(bias.value(), x, wt);
-  return matmul(x, wt) + bias.value();
+  return linear(x, weight.value(), bias.has_value() ? bias.value() : Array());
 }
 
 }  // namespace kiln::nn

@@ -1,15 +1,13 @@
 #include "kiln/nn/layers/pooling.h"
 
 #include <algorithm>
-#include <limits>
 #include <vector>
 
 #include "kiln/core/error.h"
 #include "kiln/core/ops/binary.h"
 #include "kiln/core/ops/conv.h"
 #include "kiln/core/ops/creation.h"
-#include "kiln/core/ops/index.h"
-#include "kiln/core/ops/reduce.h"
+#include "kiln/core/ops/pooling.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/shape.h"
 
@@ -93,29 +91,11 @@ MaxPool2d::MaxPool2d(IntPair kernel_size, MaxPool2dOptions o)
 }
 
 Array MaxPool2d::operator()(const Array& x) const {
+  // prepare() keeps the layer's own checks and messages and computes ceil_mode's sizes, which the
+  // core op takes as an explicit output size; the windows, padding and gradient are core's.
   const Geometry g = prepare("MaxPool2d", x, k_, stride_, padding_, dilation_, ceil_mode_);
-  const Array xp = padded(g, k_, stride_, padding_, dilation_, -std::numeric_limits<double>::infinity());
-  const int64_t n = xp.shape(0), c = xp.shape(1);
-  // Windows on a last axis, (N, C, oh, ow, kH * kW) in row-major window order.
-  Array windows;
-  if (stride_ == k_ && dilation_ == IntPair(1)) {  // tiling windows: one reshape, no overlap
-    const Array t = reshape(xp, {n, c, g.oh, k_.h, g.ow, k_.w});
-    windows = reshape(transpose(t, {0, 1, 2, 4, 3, 5}), {n, c, g.oh, g.ow, int64_t{k_.h} * k_.w});
-  } else {
-    std::vector<Array> taps;
-    taps.reserve(static_cast<size_t>(k_.h) * k_.w);
-    for (int i = 0; i < k_.h; ++i)
-      for (int j = 0; j < k_.w; ++j) {
-        const int64_t r = int64_t{i} * dilation_.h, q = int64_t{j} * dilation_.w;
-        taps.push_back(slice(xp, {0, 0, r, q},
-                             {n, c, r + (g.oh - 1) * stride_.h + 1, q + (g.ow - 1) * stride_.w + 1},
-                             {1, 1, stride_.h, stride_.w}));
-      }
-    windows = stack(taps, -1);
-  }
-  // take_along_axis at argmax, not max: the gradient goes to the first maximum only (PyTorch's
-  // choice; max's vjp would share it among ties, as after a ReLU), and argmax picks NaN first.
-  const Array y = squeeze(take_along_axis(windows, argmax(windows, -1, true), -1), Axes{-1});
+  const Array y = max_pool2d(g.x, {k_.h, k_.w}, {stride_.h, stride_.w}, {padding_.h, padding_.w},
+                             {dilation_.h, dilation_.w}, {g.oh, g.ow});
   return x.ndim() == 3 ? squeeze(y, Axes{0}) : y;
 }
 
