@@ -126,8 +126,22 @@ void binary_loop(const Array& a, const Array& b, Array& out, F f) {
     parallel_for(rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(inner, 1)),
                  [&](int64_t rb, int64_t re) {
                    for_each_row(l, rb, re, [&](const auto& off, int64_t m, const auto& st) {
-                     for (int64_t i = 0; i < m; ++i)
-                       o[off[0] + i * st[0]] = f(x[off[1] + i * st[1]], y[off[2] + i * st[2]]);
+                     Out* orow = o + off[0];
+                     const In* xrow = x + off[1];
+                     const In* yrow = y + off[2];
+                     // Rows of a broadcast (a bias over (N, C, H, W)): unit or zero inner strides
+                     // get loops the compiler vectorizes; anything else walks the strides.
+                     if (st[0] == 1 && st[1] == 1 && st[2] == 0) {
+                       const In yv = *yrow;
+                       for (int64_t i = 0; i < m; ++i) orow[i] = f(xrow[i], yv);
+                     } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
+                       const In xv = *xrow;
+                       for (int64_t i = 0; i < m; ++i) orow[i] = f(xv, yrow[i]);
+                     } else if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+                       for (int64_t i = 0; i < m; ++i) orow[i] = f(xrow[i], yrow[i]);
+                     } else {
+                       for (int64_t i = 0; i < m; ++i) orow[i * st[0]] = f(xrow[i * st[1]], yrow[i * st[2]]);
+                     }
                    });
                  });
   }
