@@ -503,7 +503,5 @@ TEST(BinaryCrossEntropy, RejectsBadInputNamingTheOp) {
   EXPECT_EQ(nn::binary_cross_entropy(p, p).shape(), Shape{});
 }
 
-// ---- regression losses ----
-
 }  // namespace
 }  // namespace kiln
