@@ -35,8 +35,10 @@ class MaterializedModule {
   template <class... A>
   static MaterializedModule snapshot(const M& trained, A&&... args) {
     auto fresh = std::make_unique<M>(std::forward<A>(args)...);
+    const ParamTree current = trained.parameters();
+    eval(current);  // one graph walk for every pending parameter, then each is only wrapped
     ParamTree params;
-    for (const auto& [key, value] : trained.parameters()) params.set(key, materialize(value));
+    for (const auto& [key, value] : current) params.set(key, materialize(value));
     fresh->update(params);
     return MaterializedModule(std::move(fresh));
   }

@@ -221,7 +221,6 @@ namespace detail {
 struct ModuleAccess {
   /// The parameter slots with a value, by dotted key, in declaration order.
   static std::vector<std::pair<std::string, ParameterInfo*>> slots(Module& m, bool trainable_only);
-  static void set_training(Module& m, bool training) { m.train(training); }
 };
 }  // namespace detail
 

@@ -23,22 +23,14 @@ Array linear_from_ops(const Array& x, const Array& w, const Array& b, Stream s) 
   return b.valid() ? add(y, b, s) : y;
 }
 
-// A row-major copy of `a` unless it already is one.
-Array row_major(const Array& a) {
-  if (a.row_contiguous()) return a;
-  Array c = Array::empty_available(a.shape(), a.dtype());
-  copy_strided(a, c);
-  return c;
-}
-
 template <class T>
 void linear_cpu(const Array& x, const Array& w, const Array* b, Array& out) {
   const int64_t in = w.shape(1), units = w.shape(0), rows = x.size() / std::max<int64_t>(in, 1);
   T* o = out.strided_data<T>();
   if (rows == 0 || units == 0) return;
-  const Array xc = row_major(x), wc = row_major(w);
+  const Array xc = dense_copy(x), wc = dense_copy(w);
   if (b) {  // GEMM accumulates onto the bias rows
-    const Array bc = row_major(*b);
+    const Array bc = dense_copy(*b);
     const T* bp = bc.strided_data<T>();
     parallel_for(rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(units, 1)),
                  [&](int64_t r0, int64_t r1) {

@@ -22,6 +22,15 @@ inline T select(bool c, T x, T y) {
       static_cast<U>((std::bit_cast<U>(x) & mask) | (std::bit_cast<U>(y) & static_cast<U>(~mask))));
 }
 
+// f(std::true_type) or f(std::false_type), as `flag` is: a run-time flag as a compile-time one.
+template <class F>
+void with_constant(bool flag, F&& f) {
+  if (flag)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
 class Where final : public PrimitiveWithParams<Where>, public BlockKernel {
  public:
   using PrimitiveWithParams::PrimitiveWithParams;
@@ -73,37 +82,16 @@ class Where final : public PrimitiveWithParams<Where>, public BlockKernel {
       const T* x = in[1].strided_data<T>();
       const T* y = in[2].strided_data<T>();
       T* r = o.strided_data<T>();
-      auto run = [&]<bool kC, bool kX, bool kY>() {
+      // One loop per scalar pattern, the pattern a compile-time constant in each.
+      auto run = [&](auto kC, auto kX, auto kY) {
         parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i) r[i] = select(c[kC ? 0 : i], x[kX ? 0 : i], y[kY ? 0 : i]);
         });
       };
-      switch (scalars) {
-        case 0:
-          run.template operator()<false, false, false>();
-          break;
-        case 1:
-          run.template operator()<true, false, false>();
-          break;
-        case 2:
-          run.template operator()<false, true, false>();
-          break;
-        case 3:
-          run.template operator()<true, true, false>();
-          break;
-        case 4:
-          run.template operator()<false, false, true>();
-          break;
-        case 5:
-          run.template operator()<true, false, true>();
-          break;
-        case 6:
-          run.template operator()<false, true, true>();
-          break;
-        default:
-          run.template operator()<true, true, true>();
-          break;
-      }
+      with_constant(scalars & 1u, [&](auto kC) {
+        with_constant(scalars & 2u,
+                      [&](auto kX) { with_constant(scalars & 4u, [&](auto kY) { run(kC, kX, kY); }); });
+      });
     });
     return true;
   }

@@ -34,29 +34,38 @@ void eval_function(const ArrayFn& fn, const char* op, std::span<const Array> inp
   for (size_t i = 0; i < results.size(); ++i) outputs[i].set_view(results[i], results[i].strides(), 0);
 }
 
-std::vector<Array> vjp_of_function(const ArrayFn& fn, const VjpArgs& args) {
-  const std::vector<Array> primals(args.primals.begin(), args.primals.end());
-  std::vector<Array> wrt;
-  for (int i : args.argnums) wrt.push_back(primals[i]);
-  // Only the inputs that need a cotangent are traced; the others enter fn as they are.
-  const ArrayFn restricted = [&](const std::vector<Array>& tracers) {
+namespace {
+
+// fn with only the inputs in `argnums` as arguments (the traced ones); the others enter fn as
+// they are in `primals`.
+ArrayFn restrict_to(const ArrayFn& fn, const std::vector<Array>& primals, std::span<const int> argnums) {
+  return [&fn, &primals, argnums](const std::vector<Array>& tracers) {
     std::vector<Array> x = primals;
-    for (size_t k = 0; k < tracers.size(); ++k) x[args.argnums[k]] = tracers[k];
+    for (size_t k = 0; k < tracers.size(); ++k) x[argnums[k]] = tracers[k];
     return fn(x);
   };
-  return kiln::vjp(restricted, wrt, {args.cotangents.begin(), args.cotangents.end()}).second;
+}
+
+std::vector<Array> pick(const std::vector<Array>& all, std::span<const int> argnums) {
+  std::vector<Array> out;
+  for (int i : argnums) out.push_back(all[i]);
+  return out;
+}
+
+}  // namespace
+
+std::vector<Array> vjp_of_function(const ArrayFn& fn, const VjpArgs& args) {
+  const std::vector<Array> primals(args.primals.begin(), args.primals.end());
+  return kiln::vjp(restrict_to(fn, primals, args.argnums), pick(primals, args.argnums),
+                   {args.cotangents.begin(), args.cotangents.end()})
+      .second;
 }
 
 std::vector<Array> jvp_of_function(const ArrayFn& fn, const JvpArgs& args) {
   const std::vector<Array> primals(args.primals.begin(), args.primals.end());
-  std::vector<Array> wrt;
-  for (int i : args.argnums) wrt.push_back(primals[i]);
-  const ArrayFn restricted = [&](const std::vector<Array>& tracers) {
-    std::vector<Array> x = primals;
-    for (size_t k = 0; k < tracers.size(); ++k) x[args.argnums[k]] = tracers[k];
-    return fn(x);
-  };
-  return kiln::jvp(restricted, wrt, {args.tangents.begin(), args.tangents.end()}).second;
+  return kiln::jvp(restrict_to(fn, primals, args.argnums), pick(primals, args.argnums),
+                   {args.tangents.begin(), args.tangents.end()})
+      .second;
 }
 
 namespace {

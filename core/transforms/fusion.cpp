@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "kiln/core/cpu/copy.h"
+#include "kiln/core/custom_transforms.h"
 #include "kiln/core/ops/elementwise_impl.h"
 #include "kiln/core/transforms.h"
 #include "kiln/core/transforms/compiled_graph.h"
@@ -118,18 +119,8 @@ class FusedElementwise final : public Primitive {
     });
   }
 
-  std::vector<Array> vjp(const VjpArgs& a) const override {
-    const auto grads = kiln::vjp(unfused(), {a.primals.begin(), a.primals.end()}, {a.cotangents[0]}).second;
-    std::vector<Array> out;
-    for (int i : a.argnums) out.push_back(grads[i]);
-    return out;
-  }
-  std::vector<Array> jvp(const JvpArgs& a) const override {
-    std::vector<Array> tangents;
-    for (const Array& p : a.primals) tangents.push_back(zeros_like(p));
-    for (size_t i = 0; i < a.argnums.size(); ++i) tangents[a.argnums[i]] = a.tangents[i];
-    return kiln::jvp(unfused(), {a.primals.begin(), a.primals.end()}, tangents).second;
-  }
+  std::vector<Array> vjp(const VjpArgs& a) const override { return vjp_of_function(unfused(), a); }
+  std::vector<Array> jvp(const JvpArgs& a) const override { return jvp_of_function(unfused(), a); }
   VmapResult vmap(const VmapArgs& a) const override {
     std::vector<int> axes(a.axes.begin(), a.axes.end());
     return {kiln::vmap(unfused(), axes, {0})({a.inputs.begin(), a.inputs.end()}), {0}};

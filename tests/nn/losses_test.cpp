@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kiln/nn/activations.h"
+#include "loss_reference.h"
 #include "support/op_test.h"
 
 namespace kiln {
@@ -17,34 +18,16 @@ namespace {
 using nn::Reduction;
 using test::check_vjp;
 using test::expect_close;
+using test::expect_error;
+using test::kReductions;
 using test::random_array;
+using test::ref_reduce;
 using test::values;
-using Values = std::vector<double>;
-
-constexpr Reduction kReductions[] = {Reduction::none, Reduction::mean, Reduction::sum, Reduction::batchmean};
+using test::Values;
 
 // ---- float64 references: plain loops over row-major data, independent of kiln ----
 
 // Reduces per-example losses as the Reduction says; `denominator` is what mean divides by.
-Values ref_reduce(const Values& loss, Reduction r, double denominator, double batch) {
-  double total = 0;
-  for (double v : loss) total += v;
-  switch (r) {
-    case Reduction::none:
-      return loss;
-    case Reduction::sum:
-      return {total};
-    case Reduction::mean:
-      return {total / denominator};
-    case Reduction::batchmean:
-      return {total / batch};
-  }
-  return {};
-}
-Values ref_reduce(const Values& loss, Reduction r) {
-  const double n = static_cast<double>(loss.size());
-  return ref_reduce(loss, r, n, n);
-}
 
 Values ref_log_softmax_rows(const Values& x, int64_t n_classes) {
   Values out(x.size());
@@ -105,19 +88,6 @@ std::vector<int64_t> random_labels(int64_t n, int64_t n_classes, uint64_t seed) 
   for (double v : test::random_values(n, seed, 0, static_cast<double>(n_classes)))
     labels.push_back(std::min<int64_t>(static_cast<int64_t>(v), n_classes - 1));
   return labels;
-}
-
-// Runs f, which must throw E with `fragment` in its message; the test goes on either way.
-template <class E>
-void expect_error(const std::string& fragment, const std::function<void()>& f) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one containing \"" << fragment << "\"";
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
 }
 
 // ---- cross_entropy and nll_loss ----
