@@ -1,6 +1,6 @@
 # Thin wrapper over scripts/install-deps.sh and the CMake presets (CMakePresets.json). Every target
 # installs what is missing, configures, builds and runs.
-#   make demo | test | bench | asan | tsan | tsan-threads | format | format-check | clean
+#   make demo | test | bench | asan | tsan | tsan-threads | fuzz | format | format-check | clean
 # Variables: JOBS (parallel build and test jobs; default: all cores), WERROR=ON (turn compiler
 # warnings into errors, as CI does), CMAKE_ARGS (extra configure arguments).
 
@@ -20,7 +20,7 @@ build = cmake --build --preset $(1) -j $(JOBS)
 test = ctest --preset $(1) -j $(JOBS)
 
 .DEFAULT_GOAL := help
-.PHONY: help deps deps-bench demo test bench asan tsan tsan-threads format format-check clean
+.PHONY: help deps deps-bench demo test bench asan tsan tsan-threads fuzz format format-check clean
 
 help:
 	@echo "kiln -- make targets:"
@@ -30,6 +30,7 @@ help:
 	@echo "  make asan          build with AddressSanitizer + UBSan and run all tests"
 	@echo "  make tsan          build with ThreadSanitizer and run all tests"
 	@echo "  make tsan-threads  build and run only the concurrency tests with ThreadSanitizer (CI)"
+	@echo "  make fuzz          build the file-loader fuzz targets (clang, libFuzzer) and run each FUZZ_SECONDS"
 	@echo "  make format        clang-format every .h/.cpp in place"
 	@echo "  make format-check  fail if a .h/.cpp is not clang-formatted"
 	@echo "  make clean         remove build/"
@@ -82,6 +83,20 @@ tsan-threads: deps
 	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/layers_attention_test
 	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/data_loader_test
 	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/array_test --gtest_filter='ArrayThreads.*'
+
+# Each fuzz/*_fuzz.cpp target first writes its seed corpus (valid files, KILN_FUZZ_WRITE_SEEDS) into
+# build/fuzz/corpus/<target>, then fuzzes from it; any crash, sanitizer report or leak fails the run.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	$(call configure,fuzz)
+	$(call build,fuzz)
+	set -e; for target in build/fuzz/fuzz/*_fuzz; do \
+	  name=$$(basename $$target); corpus=build/fuzz/corpus/$$name; mkdir -p $$corpus; \
+	  KILN_FUZZ_WRITE_SEEDS=$$corpus $$target; \
+	  echo "fuzz: $$name for $(FUZZ_SECONDS) s from $$(ls $$corpus | wc -l) inputs"; \
+	  UBSAN_OPTIONS=print_stacktrace=1 $$target -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+	    -artifact_prefix=build/fuzz/$$name- $$corpus; \
+	done
 
 SOURCES = find . \( -path './build*' -o -path './.*' \) -prune -o \
 	-type f \( -name '*.h' -o -name '*.cpp' \) -print0

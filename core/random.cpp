@@ -257,6 +257,19 @@ void seed(uint64_t s) {
   d.count = 0;
 }
 
+DefaultKeyState default_key_state() {
+  DefaultKeys& d = default_keys();
+  std::lock_guard lock(d.mutex);
+  return {d.seed, d.count};
+}
+
+void set_default_key_state(DefaultKeyState state) {
+  DefaultKeys& d = default_keys();
+  std::lock_guard lock(d.mutex);
+  d.seed = state.seed;
+  d.count = state.count;
+}
+
 Array split(const Array& key, int num, StreamOrDevice s) {
   check_key("split", key);
   if (num < 0) throw ValueError::of("split", "num must be >= 0", "got {}", num);

@@ -21,6 +21,21 @@ Array key(uint64_t seed);
 Array next_key();
 /// Restarts the default key sequence from `s` (the sequence starts from seed 0 at load).
 void seed(uint64_t s);
+
+/// Where the default key sequence stands: the seed of the last seed() call (0 before any) and the
+/// number of next_key() calls since. Store it in a checkpoint; set_default_key_state(state) makes
+/// next_key() continue with exactly the keys that would have come.
+struct DefaultKeyState {
+  uint64_t seed = 0;
+  uint64_t count = 0;
+  bool operator==(const DefaultKeyState&) const = default;
+};
+/// The default key sequence's state now. Thread-safe.
+DefaultKeyState default_key_state();
+/// Continues the default key sequence from `state` (seed(s) is set_default_key_state({s, 0})).
+/// Thread-safe.
+void set_default_key_state(DefaultKeyState state);
+
 /// `num` independent keys, shape (num, 2) (JAX's split). Throws ValueError if num < 0.
 Array split(const Array& key, int num = 2, StreamOrDevice s = {});
 /// The rows of split(key, num) as separate (2,) keys: `auto ks = split_keys(k); uniform(.., ks[0])`.

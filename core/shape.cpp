@@ -8,6 +8,8 @@
 namespace kiln {
 
 int64_t shape_size(const Shape& shape) {
+  // An empty array may have huge other dims (a file may say so): its size is 0, not an overflow.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
@@ -15,10 +17,12 @@ int64_t shape_size(const Shape& shape) {
 
 Strides row_major_strides(const Shape& shape) {
   Strides st(shape.size());
-  int64_t s = 1;
+  // Unsigned: the strides of an empty array with huge dims wrap (they are never used) instead of
+  // overflowing. The outermost dim never enters a stride.
+  uint64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
-    st[i] = s;
-    s *= shape[i];
+    st[i] = static_cast<int64_t>(s);
+    if (i > 0) s *= static_cast<uint64_t>(shape[i]);
   }
   return st;
 }

@@ -1,108 +1,280 @@
-// Trains an MLP or LeNet-5 on Fashion-MNIST (the Debian package dataset-fashion-mnist) with Adam,
-// showing a progress bar, and prints the test accuracy after every epoch.
+// Trains a small CNN (or LeNet-5, or an MLP) on Fashion-MNIST (the Debian package
+// dataset-fashion-mnist) with Adam and a cosine learning-rate decay, showing a progress bar and the
+// test accuracy after every epoch. After each epoch it writes <out>/metrics.csv and <out>/plot.svg
+// (loss and accuracy curves to open in a browser), so a run stopped early still leaves both.
 //
-//   build/release/examples/train_fashion_mnist --model cnn --epochs 2
+//   build/release/examples/train_fashion_mnist --model cnn --epochs 3
+//   build/release/examples/train_fashion_mnist --model mlp --epochs 1 --bench   # epoch times only
 #include <fmt/format.h>
+#include <kiln/io/metrics.h>
 #include <kiln/kiln.h>
 #include <kiln/models/lenet.h>
 #include <kiln/models/mlp.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
-#include <memory>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
 using kiln::Array;
+namespace io = kiln::io;
+namespace nn = kiln::nn;
 
-// Accuracy of `model` over the whole split, in batches of 1000 (evaluation mode, no gradients).
+// Fashion-MNIST's pixel mean and standard deviation over the training set (in [0, 1] units).
+// Centered, unit-scale inputs let Adam take its full step size from the first batch.
+constexpr double kPixelMean = 0.2860, kPixelStd = 0.3530;
+
+// Two 3x3 convolution blocks (conv, relu, 2x2 max pool) and a two-layer classifier:
+// 28x28x1 -> 14x14x16 -> 7x7x32 -> 128 -> 10; 1.2 M multiply-adds per image, three times LeNet-5's
+// 0.42 M. Its wider convolutions take Fashion-MNIST past 90% test accuracy in three epochs
+// (90.4-90.8% over seeds 0-2), where LeNet-5 and the MLP reach 88.5% with the same recipe.
+class SmallCnn : public nn::Module {
+ public:
+  SmallCnn()
+      : conv1(this, "conv1", 1, 16, 3, nn::Conv2dOptions{.padding = 1}),
+        conv2(this, "conv2", 16, 32, 3, nn::Conv2dOptions{.padding = 1}),
+        fc1(this, "fc1", 32 * 7 * 7, 128),
+        fc2(this, "fc2", 128, 10) {}
+  /// x: (N, 28, 28) -> logits (N, 10).
+  Array operator()(const Array& x) const {
+    Array h = pool_(nn::relu(conv1(kiln::expand_dims(x, 1))));
+    h = pool_(nn::relu(conv2(h)));
+    h = kiln::reshape(h, {h.shape()[0], 32 * 7 * 7});
+    return fc2(nn::relu(fc1(h)));
+  }
+
+  nn::ModuleInfo<nn::Conv2d> conv1;
+  nn::ModuleInfo<nn::Conv2d> conv2;
+  nn::ModuleInfo<nn::Linear> fc1;
+  nn::ModuleInfo<nn::Linear> fc2;
+
+ private:
+  nn::MaxPool2d pool_{2};
+};
+
+struct Settings {
+  std::string model = "cnn";
+  int epochs = 3;
+  int64_t batch_size = 128;
+  double lr = 3e-3;
+  std::string schedule = "cosine";
+  uint64_t seed = 0;
+  int64_t log_every = 50;
+  std::string out = "fashion_mnist_run";
+  bool bench = false;
+};
+
+// uint8 images -> float32, normalized; runs on the loader's prefetch thread, off the training path.
+io::BatchTransform normalize_images() {
+  return [](std::vector<Array> fields) {
+    fields[0] = (kiln::astype(fields[0], kiln::float32) * (1.0 / 255.0) - kPixelMean) * (1.0 / kPixelStd);
+    return fields;
+  };
+}
+
+struct Evaluation {
+  double loss = 0;
+  double accuracy = 0;
+};
+
+// Mean cross-entropy and accuracy of `model` over a whole split, in batches of 1000 (evaluation mode).
 template <class Model>
-double accuracy(const Model& model, const kiln::io::Mnist& split) {
-  kiln::io::DataLoader loader({split.images, split.labels},
-                              {.batch_size = 1000, .transform = kiln::io::to_float(0)});
+Evaluation evaluate(const Model& model, const io::Mnist& split) {
+  io::DataLoader loader({split.images, split.labels}, {.batch_size = 1000, .transform = normalize_images()});
+  double loss_sum = 0;
   int64_t correct = 0;
   for (const auto& batch : loader.epoch(0)) {
-    const Array predicted = kiln::argmax(model(batch[0]), -1);
-    correct +=
-        kiln::sum(kiln::astype(kiln::equal(predicted, kiln::astype(batch[1], kiln::int32)), kiln::int32))
-            .template item<int32_t>();
+    const Array logits = model(batch[0]);
+    const Array labels = kiln::astype(batch[1], kiln::int32);
+    const Array loss = nn::cross_entropy(logits, labels, {.reduction = nn::Reduction::sum});
+    const Array hits = kiln::sum(kiln::astype(kiln::equal(kiln::argmax(logits, -1), labels), kiln::int32));
+    kiln::eval(loss, hits);
+    loss_sum += loss.item<float>();
+    correct += hits.item<int32_t>();
   }
-  return static_cast<double>(correct) / static_cast<double>(split.size());
+  const auto n = static_cast<double>(split.size());
+  return {.loss = loss_sum / n, .accuracy = static_cast<double>(correct) / n};
+}
+
+// The loss curves (per logged interval and per epoch) beside the test accuracy, in percent.
+// Both panels span the whole run, so they line up and show how far a run under way has come.
+std::vector<io::PlotPanel> training_plot(const io::MetricsLog& log, int epochs) {
+  io::PlotSeries accuracy = log.series("epoch", "test_accuracy", "test");
+  for (double& y : accuracy.y) y *= 100;
+  return {{.title = "loss",
+           .x_label = "epoch",
+           .y_label = "cross-entropy",
+           .series = {log.series("epoch", "train_loss", "train"), log.series("epoch", "test_loss", "test")},
+           .x_range = std::pair{0.0, static_cast<double>(epochs)}},
+          {.title = "test accuracy",
+           .x_label = "epoch",
+           .y_label = "accuracy (%)",
+           .series = {accuracy},
+           .x_range = std::pair{0.0, static_cast<double>(epochs)}}};
 }
 
 template <class Model>
-int train(Model& model, const kiln::io::Mnist& train_set, const kiln::io::Mnist& test_set, int epochs,
-          int64_t batch_size, double lr, uint64_t seed) {
+int train(Model& model, const io::Mnist& train_set, const io::Mnist& test_set, const Settings& s) {
+  io::DataLoader loader({train_set.images, train_set.labels}, {.batch_size = s.batch_size,
+                                                               .shuffle = true,
+                                                               .seed = s.seed,
+                                                               .drop_last = true,
+                                                               .transform = normalize_images()});
+  const int64_t steps_per_epoch = loader.batches_per_epoch();
+  if (steps_per_epoch == 0)
+    throw kiln::ValueError::of("train_fashion_mnist", "fewer training images than one batch",
+                               "{} images, --batch-size {}", train_set.size(), s.batch_size);
+  kiln::optim::LearningRate lr = s.lr;
+  if (s.schedule == "cosine") lr = kiln::optim::cosine_decay(s.lr, steps_per_epoch * s.epochs);
   kiln::optim::Adam opt({.lr = lr});
-  kiln::io::DataLoader loader({train_set.images, train_set.labels}, {.batch_size = batch_size,
-                                                                     .shuffle = true,
-                                                                     .seed = seed,
-                                                                     .drop_last = true,
-                                                                     .transform = kiln::io::to_float(0)});
-  auto step = kiln::nn::value_and_grad(model, [&](const Array& images, const Array& labels) {
-    return kiln::nn::cross_entropy(model(images), kiln::astype(labels, kiln::int32));
+  auto step = nn::value_and_grad(model, [&](const Array& images, const Array& labels) {
+    return nn::cross_entropy(model(images), kiln::astype(labels, kiln::int32));
   });
-  kiln::io::ProgressBar progress(loader.batches_per_epoch(), {.epochs = epochs});
-  double test_accuracy = 0;
-  for (int e = 0; e < epochs; ++e) {
+
+  const std::filesystem::path out = s.out;
+  if (!s.bench && !s.out.empty()) std::filesystem::create_directories(out);
+  const std::string title =
+      fmt::format("Fashion-MNIST, {}: Adam lr {} ({}), batch {}", s.model, s.lr, s.schedule, s.batch_size);
+  io::MetricsLog log;
+  std::optional<io::ProgressBar> progress;
+  if (!s.bench) progress.emplace(steps_per_epoch, io::ProgressOptions{.epochs = s.epochs});
+  const auto start = std::chrono::steady_clock::now();
+  const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  int64_t global_step = 0;
+  Evaluation test;
+  for (int e = 0; e < s.epochs; ++e) {
     model.train(true);
-    progress.start_epoch(e + 1);
+    if (progress) progress->start_epoch(e + 1);
+    const auto epoch_start = std::chrono::steady_clock::now();
+    double interval_loss = 0;
+    int64_t interval_steps = 0;
+    double step_lr = 0;  // the learning rate of the last step, logged with its row
     for (const auto& batch : loader.epoch(e)) {
+      step_lr = opt.learning_rate();
       auto [loss, grads] = step(batch[0], batch[1]);
       opt.update(model, grads);
       const auto params = model.parameters();
-      kiln::nn::eval({&params, &opt.state()});
-      progress.step(batch.size(), loss.template item<float>());
+      nn::eval({&params, &opt.state()});
+      const double loss_value = loss.template item<float>();
+      if (progress) progress->step(batch.size(), loss_value);
+      ++global_step, ++interval_steps;
+      interval_loss += loss_value;
+      // Every log_every steps a row of the mean training loss since the last row; the epoch's last
+      // row is written below, with the test metrics.
+      if (global_step % s.log_every == 0 && batch.index + 1 < steps_per_epoch) {
+        log.log({{"epoch", e + static_cast<double>(batch.index + 1) / static_cast<double>(steps_per_epoch)},
+                 {"step", static_cast<double>(global_step)},
+                 {"lr", step_lr},
+                 {"train_loss", interval_loss / static_cast<double>(interval_steps)},
+                 {"seconds", seconds_since(start)}});
+        interval_loss = 0, interval_steps = 0;
+      }
     }
-    progress.finish();
+    const double epoch_seconds = seconds_since(epoch_start);
+    if (progress) progress->finish();
+    if (s.bench) {
+      // Machine-readable for bench/epoch_vs_pytorch.py: training only, no evaluation, no files.
+      fmt::print("epoch_seconds {} {:.4f}\n", e + 1, epoch_seconds);
+      std::fflush(stdout);
+      continue;
+    }
     model.train(false);
-    test_accuracy = accuracy(model, test_set);
-    fmt::print("epoch {}: test accuracy {:.2f}%\n", e + 1, 100 * test_accuracy);
+    test = evaluate(model, test_set);
+    log.log({{"epoch", e + 1.0},
+             {"step", static_cast<double>(global_step)},
+             {"lr", step_lr},
+             {"train_loss", interval_loss / static_cast<double>(std::max<int64_t>(interval_steps, 1))},
+             {"seconds", seconds_since(start)},
+             {"test_loss", test.loss},
+             {"test_accuracy", test.accuracy},
+             {"epoch_seconds", epoch_seconds}});
+    fmt::print("epoch {}: test loss {:.4f}, test accuracy {:.2f}% ({:.1f} s training)\n", e + 1, test.loss,
+               100 * test.accuracy, epoch_seconds);
+    if (!s.out.empty()) {
+      log.write_csv((out / "metrics.csv").string());
+      io::write_plot_svg((out / "plot.svg").string(), training_plot(log, s.epochs), {.title = title});
+    }
   }
-  fmt::print("final test accuracy: {:.2f}%\n", 100 * test_accuracy);
+  if (s.bench) return 0;
+  fmt::print("final test accuracy: {:.2f}% after {} epochs in {:.1f} s\n", 100 * test.accuracy, s.epochs,
+             seconds_since(start));
+  // Saving the trained weights (io::save_weights to <out>/model.h5) belongs here once kiln's HDF5
+  // weights land.
+  if (!s.out.empty())
+    fmt::print("metrics: {}\nplot:    {}\n", (out / "metrics.csv").string(), (out / "plot.svg").string());
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Train an MLP or LeNet-5 on Fashion-MNIST"};
-  std::string model_name = "cnn", data_dir;
-  int epochs = 2;
-  int64_t batch_size = 128;
-  double lr = 1e-3;
-  uint64_t seed = 0;
+  CLI::App app{"Train a small CNN, LeNet-5 or an MLP on Fashion-MNIST"};
+  Settings s;
+  std::string data_dir;
   int64_t limit = 0;
-  app.add_option("--model", model_name, "mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
-  app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "examples per step")->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "Adam's learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--seed", seed, "initialization and shuffling seed");
+  app.add_option("--model", s.model, "cnn (two 3x3 conv blocks), lenet (LeNet-5) or mlp (784-512-512-10)")
+      ->check(CLI::IsMember({"cnn", "lenet", "mlp"}))
+      ->capture_default_str();
+  app.add_option("--epochs", s.epochs, "passes over the training set")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--batch-size", s.batch_size, "examples per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--lr", s.lr, "Adam's (initial) learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--schedule", s.schedule, "cosine (decay to 0 over the run) or constant")
+      ->check(CLI::IsMember({"cosine", "constant"}))
+      ->capture_default_str();
+  app.add_option("--seed", s.seed, "initialization and shuffling seed")->capture_default_str();
+  app.add_option("--log-every", s.log_every, "steps per row of training loss in metrics.csv")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--out", s.out,
+                 "folder for metrics.csv and plot.svg, written after every epoch (\"\": none)")
+      ->capture_default_str();
+  app.add_flag(
+      "--bench", s.bench,
+      "time training only: print \"epoch_seconds <epoch> <s>\" per epoch; no evaluation, progress or files");
   app.add_option("--limit", limit, "use only the first N training and test images (0: all)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--data", data_dir, "folder of the IDX files (default: the Debian package's)");
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (data_dir.empty()) data_dir = kiln::io::fashion_mnist_dir();
-    auto train_set = kiln::io::load_mnist(data_dir, kiln::io::Split::train);
-    auto test_set = kiln::io::load_mnist(data_dir, kiln::io::Split::test);
+    if (data_dir.empty()) data_dir = io::fashion_mnist_dir();
+    auto train_set = io::load_mnist(data_dir, io::Split::train);
+    auto test_set = io::load_mnist(data_dir, io::Split::test);
     for (auto* split : {&train_set, &test_set})
       if (limit > 0 && limit < split->size()) {
         split->images = kiln::slice(split->images, {kiln::Slice{0, limit}});
         split->labels = kiln::slice(split->labels, {kiln::Slice{0, limit}});
       }
     fmt::print("Fashion-MNIST from {}: {} training, {} test images; model {}\n", data_dir, train_set.size(),
-               test_set.size(), model_name);
-    kiln::random::seed(seed);
-    if (model_name == "mlp") {
+               test_set.size(), s.model);
+    kiln::random::seed(s.seed);
+    if (s.model == "mlp") {
       kiln::models::Mlp model({.in_features = 784, .hidden = {512, 512}, .out_features = 10});
-      return train(model, train_set, test_set, epochs, batch_size, lr, seed);
+      return train(model, train_set, test_set, s);
     }
-    kiln::models::LeNet model;
-    return train(model, train_set, test_set, epochs, batch_size, lr, seed);
-  } catch (const kiln::Error& e) {
-    fmt::print(stderr, "train_fashion_mnist: {}\n", dynamic_cast<const std::exception&>(e).what());
+    if (s.model == "lenet") {
+      kiln::models::LeNet model;
+      return train(model, train_set, test_set, s);
+    }
+    SmallCnn model;
+    return train(model, train_set, test_set, s);
+  } catch (const std::exception& e) {  // kiln errors, and std::filesystem's for --out
+    fmt::print(stderr, "train_fashion_mnist: {}\n", e.what());
     return 1;
   }
 }

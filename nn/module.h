@@ -11,6 +11,7 @@
 //
 // Slots hold a pointer to their owner, so modules can be neither copied nor moved (a moved slot
 // would still point at the old owner): hold a model you need to move in a std::unique_ptr.
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -135,6 +136,15 @@ class Module {
   /// Otherwise every known key is applied (also values of another shape or dtype where verify
   /// allows them) and the report says what happened. on_update() runs afterwards.
   UpdateReport update(const ParamTree& params, Verify verify = Verify::all);
+
+  /// Writes parameters() (frozen ones and buffers such as BatchNorm's running statistics too) to
+  /// an HDF5 weights file, as io::save_weights does. Throws what io::save_weights throws.
+  void save_weights(const std::filesystem::path& path) const;
+  /// Reads an HDF5 weights file (io::load_weights) and assigns it with update(). When a problem
+  /// that `verify` names is found (missing or unknown keys, wrong shapes or dtypes), throws
+  /// KeyError, ShapeError or DtypeError naming the file and every such key, and nothing changes.
+  /// Throws what io::load_weights throws for a missing or malformed file.
+  void load_weights(const std::filesystem::path& path, Verify verify = Verify::all);
 
  protected:
   /// Called after update() changes parameters: recompute anything derived from them.

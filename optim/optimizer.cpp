@@ -229,9 +229,11 @@ void Optimizer::set_state(const ParamTree& state) {
         throw ShapeError::of(op, "state slot shapes do not fit one parameter", "'{}.{}' is {}, expected {}",
                              param, slot.name, shape_str(it->second.shape()), shape_str(slot.shape));
     }
-    for (const auto& [slot, value] : given)
+    for (const auto& entry : given) {
+      const std::string& slot = entry.first;  // not a structured binding: clang 14 cannot capture one
       if (std::none_of(expected.begin(), expected.end(), [&](const Slot& s) { return s.name == slot; }))
         throw KeyError::of(op, "state slot not used with these options", "'{}.{}'", param, slot);
+    }
 
     // State this optimizer already holds for the key must describe the same parameter.
     if (counts_.contains(param)) {

@@ -12,8 +12,12 @@ base_packages=(
   libcli11-dev nlohmann-json3-dev libxxhash-dev
   clang-format
   zlib1g-dev dataset-fashion-mnist
+  libhdf5-dev libcereal-dev
+  clang libclang-rt-14-dev
+  python3-torch python3-h5py python3-numpy
 )
-bench_packages=(python3-torch python3-numpy)
+# The peers of the benchmarks (python3-torch) are base packages: the PyTorch export test needs them.
+bench_packages=()
 
 usage() {
   echo "usage: $0 [--bench]" >&2

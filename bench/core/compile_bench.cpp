@@ -34,8 +34,24 @@ void BM_kiln_chain_compiled(benchmark::State& st) {
   for (auto _ : st) f({x})[0].eval();
 }
 
+// The memory floor of a fused chain: two cheap ops, one read and one write of 4M floats.
+void BM_kiln_affine_compiled(benchmark::State& st) {
+  const Array x = input();
+  auto f = kiln::compile([](const std::vector<Array>& a) { return std::vector<Array>{a[0] * 1.1f - 0.2f}; });
+  f({x})[0].eval();
+  for (auto _ : st) f({x})[0].eval();
+}
+
+// tanh alone over 4M floats (eager: one vector loop).
+void BM_kiln_tanh_eager(benchmark::State& st) {
+  const Array x = input();
+  for (auto _ : st) kiln::tanh(x).eval();
+}
+
 }  // namespace
 
+BENCHMARK(BM_kiln_affine_compiled)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_kiln_tanh_eager)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_kiln_chain_eager)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_kiln_chain_compiled)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

@@ -4,8 +4,11 @@
 #include <cblas.h>
 #include <kiln/kiln.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -19,6 +22,15 @@ kiln::Array normal(const kiln::Shape& shape, uint64_t seed) {
   auto a = kiln::random::normal(shape, kiln::random::key(seed));
   a.eval();
   return a;
+}
+
+// The peer runs OpenBLAS's own threads (OPENBLAS_NUM_THREADS, else every core). kiln puts OpenBLAS
+// back on one thread at its next GEMM and splits products over its pool instead.
+void peer_blas_threads() {
+  const char* env = std::getenv("OPENBLAS_NUM_THREADS");
+  const int n =
+      env && std::atoi(env) > 0 ? std::atoi(env) : static_cast<int>(std::thread::hardware_concurrency());
+  openblas_set_num_threads(std::max(n, 1));
 }
 
 std::vector<float> random_floats(size_t n, uint64_t seed) {
@@ -40,6 +52,7 @@ void BM_cblas_sgemm(benchmark::State& st) {
   const int n = static_cast<int>(st.range(0));
   const auto a = random_floats(size_t(n) * n, 1), b = random_floats(size_t(n) * n, 2);
   std::vector<float> c(size_t(n) * n);
+  peer_blas_threads();
   for (auto _ : st) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
                 c.data(), n);
@@ -64,6 +77,7 @@ void BM_cblas_linear(benchmark::State& st) {
   const auto x = random_floats(size_t(kRows) * n, 3), w = random_floats(size_t(n) * n, 4),
              bias = random_floats(size_t(n), 5);
   std::vector<float> y(size_t(kRows) * n);
+  peer_blas_threads();
   for (auto _ : st) {
     for (int64_t r = 0; r < kRows; ++r) std::memcpy(y.data() + r * n, bias.data(), size_t(n) * sizeof(float));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kRows, n, n, 1.0f, x.data(), n, w.data(), n, 1.0f,

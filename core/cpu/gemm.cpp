@@ -17,6 +17,15 @@ namespace kiln::detail {
 namespace {
 
 CBLAS_TRANSPOSE trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
+
+// OpenBLAS runs on one thread; kiln splits large products over its own pool instead. OpenBLAS's
+// threads spin in sched_yield for a while after each call, and on a small machine they take the
+// cores from the elementwise work between GEMMs: LeNet's training step took twice as long with
+// them (bench/core/train_step_bench, 2 cores). Concurrent callers each get a one-thread sgemm
+// rather than oversubscribing. Checked on every call, as code outside kiln may change the count.
+void single_threaded_blas() {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
 blasint bi(int64_t v) { return static_cast<blasint>(v); }
 
 template <class T>
@@ -52,6 +61,29 @@ void gemm_impl(Gemm gemm_fn, Gemv gemv_fn, bool ta, bool tb, int64_t m, int64_t 
     // c (m x 1) = alpha * op(A) b + beta * c.
     gemv_fn(CblasRowMajor, trans(ta), bi(ta ? k : m), bi(ta ? m : k), alpha, a, bi(lda), b, bi(tb ? 1 : ldb),
             beta, c, bi(ldc));
+    return;
+  }
+  // Large products split across kiln's pool, each part a one-thread sgemm (see single_threaded_blas).
+  // The split is along C's longer side, in parts of at least 64 rows or columns so that each
+  // part's packing of the shared operand stays small next to its arithmetic.
+  single_threaded_blas();
+  const int threads = num_threads();
+  constexpr int64_t kMinSplit = 64, kMinMacs = int64_t{1} << 21;
+  if (threads > 1 && m * n * k >= kMinMacs && std::max(m, n) >= 2 * kMinSplit) {
+    const int64_t grain = std::max(kMinSplit, (std::max(m, n) + 2 * threads - 1) / (2 * threads));
+    if (m >= n) {
+      parallel_for(m, grain, [&](int64_t r0, int64_t r1) {
+        const T* ar = ta ? a + r0 : a + r0 * lda;  // rows of op(A): columns of a stored A^T
+        gemm_fn(CblasRowMajor, trans(ta), trans(tb), bi(r1 - r0), bi(n), bi(k), alpha, ar, bi(lda), b,
+                bi(ldb), beta, c + r0 * ldc, bi(ldc));
+      });
+    } else {
+      parallel_for(n, grain, [&](int64_t c0, int64_t c1) {
+        const T* bc = tb ? b + c0 * ldb : b + c0;  // columns of op(B): rows of a stored B^T
+        gemm_fn(CblasRowMajor, trans(ta), trans(tb), bi(m), bi(c1 - c0), bi(k), alpha, a, bi(lda), bc,
+                bi(ldb), beta, c + c0, bi(ldc));
+      });
+    }
     return;
   }
   gemm_fn(CblasRowMajor, trans(ta), trans(tb), bi(m), bi(n), bi(k), alpha, a, bi(lda), b, bi(ldb), beta, c,

@@ -10,7 +10,8 @@ namespace kiln::detail {
 /// C = alpha * op(A) op(B) + beta * C on row-major matrices: op(A) is m x k, op(B) is k x n, C is
 /// m x n with leading dimension ldc. A transposed operand is stored k x m (resp. n x k). When beta
 /// is 0, C is not read (NaNs in it do not propagate). Calls sgemm/dgemm, or gemv when m or n is 1.
-/// Never call it from a parallel_for task (OpenBLAS runs its own threads).
+/// OpenBLAS runs on one thread: large products are split over kiln's pool (serially inside a
+/// parallel_for task or while the pool is busy).
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,

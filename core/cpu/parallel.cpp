@@ -106,14 +106,18 @@ int num_threads() { return pool().size(); }
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  const int threads = tls_in_pool_task ? 1 : num_threads();
+  const int threads = num_threads();
   if (threads <= 1 || n < 2 * grain) {
     fn(0, n);
     return;
   }
   // A few chunks per thread evens out uneven cores without making tasks tiny.
   const int64_t chunk = std::max(grain, (n + 4 * threads - 1) / (4 * threads));
-  if (!pool().try_run(n, chunk, fn)) fn(0, n);
+  if (!tls_in_pool_task && pool().try_run(n, chunk, fn)) return;
+  // The same chunks, one after another: the partition depends only on (n, grain, pool size),
+  // never on whether the pool was free, so results do not either (a GEMM split in two parts
+  // rounds differently from one sgemm over the whole: examples/serve_concurrent caught it).
+  for (int64_t b = 0; b < n; b += chunk) fn(b, std::min(n, b + chunk));
 }
 
 }  // namespace kiln::detail

@@ -1,7 +1,9 @@
 #pragma once
 // CRTP bases for elementwise primitives: a derived struct states its name, dtypes, math and
 // derivative once; the base supplies shapes, the CPU loops, vjp, jvp and vmap. Internal header.
+#include <string_view>
 #include <tuple>
+#include <utility>
 
 #include "kiln/core/cpu/dispatch.h"
 #include "kiln/core/cpu/parallel.h"
@@ -18,6 +20,9 @@ namespace kiln::detail {
 
 // ---------------------------------------------------------------- block kernels
 
+/// Float32 operations compile's fused chains run on register tiles (core/transforms/fusion.cpp).
+enum class TileOp : uint8_t { none, add, subtract, multiply, divide, negative, exp, tanh };
+
 /// Capability of an elementwise primitive: compute `n` outputs from input blocks (inputs in the
 /// primitive's input dtype(s), output in its output dtype). Input k is a dense block of `n`
 /// elements, or where bit k of `scalars` is set, one element broadcast over the block. compile's
@@ -27,7 +32,23 @@ class BlockKernel {
   virtual ~BlockKernel() = default;
   virtual void eval_block(std::span<const void* const> inputs, uint32_t scalars, Dtype in_dtype, void* out,
                           int64_t n) const = 0;
+  /// Which float32 operation this is, when compile's fused chains can evaluate it in registers;
+  /// TileOp::none otherwise.
+  virtual TileOp tile_op() const { return TileOp::none; }
 };
+
+/// The TileOp of the elementwise op named `name` (its kName). The tile interpreter computes each
+/// exactly as the op's float32 `apply` does (one IEEE operation, exp_f32 or tanh_f32), so fused
+/// and eager results agree bit for bit.
+constexpr TileOp tile_op_named(std::string_view name) {
+  constexpr std::pair<std::string_view, TileOp> kOps[] = {
+      {"Add", TileOp::add},       {"Subtract", TileOp::subtract}, {"Multiply", TileOp::multiply},
+      {"Divide", TileOp::divide}, {"Negative", TileOp::negative}, {"Exp", TileOp::exp},
+      {"Tanh", TileOp::tanh}};
+  for (const auto& [n, op] : kOps)
+    if (n == name) return op;
+  return TileOp::none;
+}
 
 /// Step through input k of a block: 0 for a broadcast scalar, else 1.
 inline int64_t block_step(uint32_t scalars, int k) { return (scalars >> k & 1u) ? 0 : 1; }
@@ -38,7 +59,9 @@ inline int64_t block_step(uint32_t scalars, int k) { return (scalars >> k & 1u) 
 // memory speed and compile's fused blocks (which sit in L1) need the wide vectors, and baseline
 // SSE2 reaches a third of it. Not under sanitizers: the ifunc resolver runs while the program is
 // relocated, before the sanitizer runtime starts, and an instrumented resolver crashes there.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+// clang (the fuzz build) does not multiversion templates; it gets the baseline loops.
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
 #define KILN_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define KILN_SIMD_CLONES
@@ -222,6 +245,8 @@ class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
     });
   }
 
+  TileOp tile_op() const override { return tile_op_named(D::kName); }
+
   void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
                   int64_t n) const override {
     if constexpr (SimdF32<D>) {
@@ -319,6 +344,8 @@ class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
       });
     });
   }
+
+  TileOp tile_op() const override { return tile_op_named(D::kName); }
 
   void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
                   int64_t n) const override {

@@ -3,9 +3,11 @@
 // chain reads its inputs and writes its output once. Primitives are asked for a BlockKernel; no
 // op is named here.
 #include <algorithm>
+#include <cstring>
 #include <unordered_map>
 
 #include "kiln/core/cpu/copy.h"
+#include "kiln/core/cpu/math.h"
 #include "kiln/core/custom_transforms.h"
 #include "kiln/core/ops/elementwise_impl.h"
 #include "kiln/core/transforms.h"
@@ -14,6 +16,156 @@
 namespace kiln::detail {
 namespace {
 
+// ---------------------------------------------------------------- register tiles
+
+// Runs of float32 members with a TileOp are evaluated tile by tile: a tile goes through the whole
+// run in vector registers, and only results read later (by another member, or twice) are stored.
+// Per-member block loops load and store every intermediate, and those L1 stores (~3 cycles per
+// 16 floats) were most of a fused chain's time. A tile is 8 AVX-512 vectors, independent chains
+// the core overlaps. Only with AVX-512: with 16 AVX2 registers the tile spills and runs slower
+// than the block loops, which such machines keep.
+constexpr int kTileVecs = 8;
+constexpr int64_t kMaxTile = kTileVecs * 16;  // runs take blocks of whole kMaxTile tiles
+
+/// Where a tile step's operand or result lives: element (start + i) of a global array, element i
+/// of a block buffer, or (for a scalar) a splat of kMaxTile copies. `block` and `tile` are 0 or
+/// 1: the address for the tile at element i of the block at `start` is p + block * start + tile * i.
+struct TileRef {
+  const float* p = nullptr;
+  int64_t block = 0, tile = 0;
+};
+
+struct TileStep {
+  TileOp op = TileOp::none;
+  bool a_acc = false, b_acc = false;  // operand is the previous step's result
+  TileRef a, b;
+  float* store = nullptr;  // where the result goes (block * start + i); null: only the next step reads it
+  int64_t store_block = 0;
+};
+
+// Named vector locals, not arrays: GCC keeps those in registers.
+#define KILN_EACH_VEC(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+static_assert(kTileVecs == 8);
+
+// f on every lane of a tile, through memory: exp and tanh are scalar code the loop vectorizes.
+template <class V, class F>
+[[gnu::always_inline]] inline void map_lanes(V& v0, V& v1, V& v2, V& v3, V& v4, V& v5, V& v6, V& v7, F f) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
+  float lanes[kTileVecs * kLanes];
+#define KILN_SPILL(j) std::memcpy(lanes + (j)*kLanes, &v##j, sizeof(V));
+  KILN_EACH_VEC(KILN_SPILL)
+#undef KILN_SPILL
+  for (float& x : lanes) x = f(x);
+#define KILN_FILL(j) std::memcpy(&v##j, lanes + (j)*kLanes, sizeof(V));
+  KILN_EACH_VEC(KILN_FILL)
+#undef KILN_FILL
+}
+
+template <class V>
+[[gnu::always_inline]] inline void run_tiles_with(const TileStep* steps, int n_steps, int64_t start,
+                                                  int64_t n) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float), kTile = kTileVecs * kLanes;
+  for (int64_t i = 0; i < n; i += kTile) {
+#define KILN_DECLARE(j) V acc##j = {}, a##j = {}, b##j = {};
+    KILN_EACH_VEC(KILN_DECLARE)
+#undef KILN_DECLARE
+    for (int k = 0; k < n_steps; ++k) {
+      const TileStep& s = steps[k];
+      if (s.a_acc) {
+#define KILN_COPY(j) a##j = acc##j;
+        KILN_EACH_VEC(KILN_COPY)
+#undef KILN_COPY
+      } else {
+        const float* p = s.a.p + s.a.block * start + s.a.tile * i;
+#define KILN_LOAD(j) std::memcpy(&a##j, p + (j)*kLanes, sizeof(V));
+        KILN_EACH_VEC(KILN_LOAD)
+#undef KILN_LOAD
+      }
+      if (s.op <= TileOp::divide) {  // binary
+        if (s.b_acc) {
+#define KILN_COPY(j) b##j = acc##j;
+          KILN_EACH_VEC(KILN_COPY)
+#undef KILN_COPY
+        } else {
+          const float* p = s.b.p + s.b.block * start + s.b.tile * i;
+#define KILN_LOAD(j) std::memcpy(&b##j, p + (j)*kLanes, sizeof(V));
+          KILN_EACH_VEC(KILN_LOAD)
+#undef KILN_LOAD
+        }
+      }
+      switch (s.op) {
+#define KILN_ADD(j) acc##j = a##j + b##j;
+#define KILN_SUB(j) acc##j = a##j - b##j;
+#define KILN_MUL(j) acc##j = a##j * b##j;
+#define KILN_DIV(j) acc##j = a##j / b##j;
+#define KILN_NEG(j) acc##j = -a##j;
+#define KILN_MOVE(j) acc##j = a##j;
+        case TileOp::add:
+          KILN_EACH_VEC(KILN_ADD)
+          break;
+        case TileOp::subtract:
+          KILN_EACH_VEC(KILN_SUB)
+          break;
+        case TileOp::multiply:
+          KILN_EACH_VEC(KILN_MUL)
+          break;
+        case TileOp::divide:
+          KILN_EACH_VEC(KILN_DIV)
+          break;
+        case TileOp::negative:
+          KILN_EACH_VEC(KILN_NEG)
+          break;
+        case TileOp::exp:
+          map_lanes(a0, a1, a2, a3, a4, a5, a6, a7, [](float x) { return exp_f32(x); });
+          KILN_EACH_VEC(KILN_MOVE)
+          break;
+        case TileOp::tanh:
+          map_lanes(a0, a1, a2, a3, a4, a5, a6, a7, [](float x) { return tanh_f32(x); });
+          KILN_EACH_VEC(KILN_MOVE)
+          break;
+        case TileOp::none:
+          break;
+#undef KILN_ADD
+#undef KILN_SUB
+#undef KILN_MUL
+#undef KILN_DIV
+#undef KILN_NEG
+#undef KILN_MOVE
+      }
+      if (s.store) {
+        float* p = s.store + s.store_block * start + i;
+#define KILN_STORE(j) std::memcpy(p + (j)*kLanes, &acc##j, sizeof(V));
+        KILN_EACH_VEC(KILN_STORE)
+#undef KILN_STORE
+      }
+    }
+  }
+}
+#undef KILN_EACH_VEC
+
+using Vec8 = float __attribute__((vector_size(32)));
+using Vec16 = float __attribute__((vector_size(64)));
+
+// elementwise_impl.h says why not under sanitizers or clang; there, and off x86, the tiles use
+// GCC's generic 8-float vectors. run_tiles runs `steps` over the n elements (whole kMaxTile
+// tiles) of the block at `start`; tiles_pay says whether that beats the per-member block loops.
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
+__attribute__((target("arch=x86-64-v4"))) void run_tiles(const TileStep* steps, int n_steps, int64_t start,
+                                                         int64_t n) {
+  run_tiles_with<Vec16>(steps, n_steps, start, n);
+}
+bool tiles_pay() {
+  static const bool avx512 = __builtin_cpu_supports("x86-64-v4");
+  return avx512;
+}
+#else
+void run_tiles(const TileStep* steps, int n_steps, int64_t start, int64_t n) {
+  run_tiles_with<Vec8>(steps, n_steps, start, n);
+}
+bool tiles_pay() { return true; }
+#endif
+
 // One member of a fused chain: its primitive and where its inputs come from (slots below n_ext
 // are the fused primitive's inputs; slot n_ext + k is member k's result).
 struct Member {
@@ -21,6 +173,9 @@ struct Member {
   const BlockKernel* kernel;
   std::vector<int> slots;
   Dtype in_dtype, out_dtype;
+  TileOp tile_op() const {
+    return in_dtype == float32 && out_dtype == float32 ? kernel->tile_op() : TileOp::none;
+  }
 };
 
 constexpr int64_t kBlock = 1024;
@@ -49,6 +204,29 @@ class FusedElementwise final : public Primitive {
       }
       for (int slot : members_[m].slots)
         if (slot >= n_ext_ && last_use[slot - n_ext_] == m) free.push_back(buffer_of_[slot - n_ext_]);
+    }
+    // Tile runs: maximal runs of members with a TileOp. A member's result stays in registers when
+    // its one use is by the next member of its run; every other result is stored to its buffer.
+    std::vector<int> uses(n, 0);
+    for (const Member& mem : members_)
+      for (int slot : mem.slots)
+        if (slot >= n_ext_) ++uses[slot - n_ext_];
+    run_at_.assign(n, -1);
+    in_registers_.assign(n, false);
+    for (int m = 0; m < n;) {
+      int e = m;
+      while (e < n && members_[e].tile_op() != TileOp::none) ++e;
+      if (e == m) {
+        ++m;
+        continue;
+      }
+      run_at_[m] = static_cast<int>(runs_.size());
+      runs_.push_back({m, e});
+      for (int r = m; r + 1 < e; ++r) {
+        const auto& next = members_[r + 1].slots;
+        in_registers_[r] = uses[r] == 1 && std::find(next.begin(), next.end(), n_ext_ + r) != next.end();
+      }
+      m = e;
     }
   }
   const char* name() const override { return "FusedElementwise"; }
@@ -94,10 +272,52 @@ class FusedElementwise final : public Primitive {
       // by 64 bytes so loads and stores at equal offsets of two buffers do not alias modulo 4 KiB.
       constexpr int64_t kStride = kBlock + 8;
       std::vector<uint64_t> arena(static_cast<size_t>(n_buffers_ * kStride));
+      auto buffer = [&](int m) { return reinterpret_cast<float*>(arena.data() + buffer_of_[m] * kStride); };
+      // The tile steps of each run; float32 scalars are splatted to a tile once per task.
+      std::vector<float> splats(static_cast<size_t>(n_ext_ * kMaxTile));
+      for (int i = 0; i < n_ext_; ++i)
+        if (scalar[i] && in[i].dtype() == float32)
+          std::fill_n(splats.begin() + i * kMaxTile, kMaxTile, *reinterpret_cast<const float*>(base[i]));
+      std::vector<std::vector<TileStep>> run_steps;
+      for (const auto& [first, end] : runs_) {
+        std::vector<TileStep>& steps = run_steps.emplace_back();
+        for (int m = first; m < end; ++m) {
+          TileStep st;
+          st.op = members_[m].tile_op();
+          for (size_t k = 0; k < members_[m].slots.size(); ++k) {
+            const int slot = members_[m].slots[k];
+            bool& acc = k == 0 ? st.a_acc : st.b_acc;
+            TileRef& ref = k == 0 ? st.a : st.b;
+            if (slot >= n_ext_ && slot - n_ext_ == m - 1 && in_registers_[m - 1])
+              acc = true;
+            else if (slot >= n_ext_)
+              ref = {buffer(slot - n_ext_), 0, 1};
+            else if (scalar[slot])
+              ref = {splats.data() + slot * kMaxTile, 0, 0};
+            else
+              ref = {reinterpret_cast<const float*>(base[slot]), 1, 1};
+          }
+          if (m + 1 == static_cast<int>(members_.size())) {
+            st.store = static_cast<float*>(o.raw_data());
+            st.store_block = 1;
+          } else if (!in_registers_[m]) {
+            st.store = buffer(m);
+          }
+          steps.push_back(st);
+        }
+      }
+      const bool use_tiles = tiles_pay();
       std::vector<const void*> args;
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t start = b * kBlock, len = std::min(kBlock, n - start);
+        const bool tiled = use_tiles && len % kMaxTile == 0;
         for (size_t m = 0; m < members_.size(); ++m) {
+          if (tiled && run_at_[m] >= 0) {
+            const auto& steps = run_steps[run_at_[m]];
+            run_tiles(steps.data(), static_cast<int>(steps.size()), start, len);
+            m += steps.size() - 1;
+            continue;
+          }
           const Member& mem = members_[m];
           args.clear();
           uint32_t scalars = 0;
@@ -144,6 +364,9 @@ class FusedElementwise final : public Primitive {
   int n_ext_;
   std::vector<int> buffer_of_;  // block buffer of each member's result
   int n_buffers_ = 0;
+  std::vector<std::pair<int, int>> runs_;  // tile runs, [first, end) members
+  std::vector<int> run_at_;                // the run starting at each member, or -1
+  std::vector<bool> in_registers_;         // a result only the next tile step reads
 };
 
 const BlockKernel* block_kernel(const Step& s) {

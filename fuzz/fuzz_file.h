@@ -1,0 +1,39 @@
+#pragma once
+// Shared by the fuzz targets: the loaders read paths, so each input is written to one file per
+// process first; KILN_FUZZ_WRITE_SEEDS=<dir> makes a target write its seed corpus and exit.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+namespace kiln_fuzz {
+
+/// The file the current input is written to (under /dev/shm when it exists: no disk traffic).
+inline const std::filesystem::path& input_path(const char* name) {
+  static const std::filesystem::path path = [&] {
+    const std::filesystem::path dir = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
+    return dir / (std::string("kiln-fuzz-") + name + "-" + std::to_string(::getpid()));
+  }();
+  return path;
+}
+
+inline void write_input(const std::filesystem::path& path, const uint8_t* data, size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+}
+
+/// When KILN_FUZZ_WRITE_SEEDS names a folder: calls write_seeds(folder) and exits the process.
+inline void maybe_write_seeds(const std::function<void(const std::filesystem::path&)>& write_seeds) {
+  const char* dir = std::getenv("KILN_FUZZ_WRITE_SEEDS");
+  if (!dir) return;
+  std::filesystem::create_directories(dir);
+  write_seeds(dir);
+  std::exit(0);
+}
+
+}  // namespace kiln_fuzz
