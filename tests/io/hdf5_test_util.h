@@ -27,7 +27,9 @@ namespace fs = std::filesystem;
 inline constexpr const char* kPython = "/usr/bin/python3";
 
 /// The repository root, from this header's path (tests/io/hdf5_test_util.h).
-inline fs::path repo_root() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
+// From CMake, not __FILE__: with CCACHE_BASEDIR (the Makefile sets it) __FILE__ is relative to the
+// build folder, not to where the test runs.
+inline fs::path repo_root() { return fs::path(KILN_SOURCE_DIR); }
 
 /// A fresh folder per test, removed afterwards.
 class TempDir {
