@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <stdexcept>
 #include <type_traits>
 
 #include "kiln/core/error.h"
@@ -215,8 +216,6 @@ void quiet_crashes() {
   ::setrlimit(RLIMIT_CORE, &no_core);
 }
 
-// The forked child: runs the reader, sends what it gave or threw, and leaves without running
-// atexit handlers, destructors of globals or stdio flushes, which belong to the parent.
 // SIGXCPU once the child has used `seconds` of CPU time (a fresh process starts from zero),
 // SIGKILL a second later should it ignore that.
 void limit_cpu(int seconds) {
@@ -229,6 +228,8 @@ void limit_cpu(int seconds) {
   ::setrlimit(RLIMIT_CPU, &limit);
 }
 
+// The forked child: runs the reader, sends what it gave or threw, and leaves without running
+// atexit handlers, destructors of globals or stdio flushes, which belong to the parent.
 [[noreturn]] void child_main(int read_end, int write_end, int cpu_seconds, const Hdf5Lock& lock,
                              const IsolatedReader& read) {
   ::close(read_end);
@@ -326,7 +327,7 @@ struct ReadOutcome {
 // announces, up to `reserve_limit` (the announcement is not trusted).
 ReadOutcome read_to_end(int fd, pid_t pid, std::vector<std::byte>& out, uint64_t reserve_limit) {
   constexpr size_t kChunk = size_t{1} << 16;
-  constexpr int kQuietMs = 100;
+  constexpr int kQuietMs = 50;
   DeadlockWatch watch(pid);
   size_t have = 0;
   bool reserved = false;
@@ -334,7 +335,10 @@ ReadOutcome read_to_end(int fd, pid_t pid, std::vector<std::byte>& out, uint64_t
     if (!reserved && have >= sizeof(uint64_t)) {
       uint64_t announced = 0;
       std::memcpy(&announced, out.data(), sizeof announced);
-      out.reserve(sizeof announced + static_cast<size_t>(std::min(announced, reserve_limit)) + kChunk);
+      try {
+        out.reserve(sizeof announced + static_cast<size_t>(std::min(announced, reserve_limit)) + kChunk);
+      } catch (const std::bad_alloc&) {  // the buffer grows as the bytes arrive instead
+      }
       reserved = true;
     }
     pollfd ready{fd, POLLIN, 0};
