@@ -24,7 +24,7 @@ test = ctest --preset $(1) -j $(JOBS)
 
 help:
 	@echo "kiln -- make targets:"
-	@echo "  make demo          build (release) and train LeNet-5 on Fashion-MNIST (examples/train_fashion_mnist)"
+	@echo "  make demo          build (release) and train a small CNN on Fashion-MNIST (examples/train_fashion_mnist)"
 	@echo "  make test          build (release) and run all tests"
 	@echo "  make bench         build (release, KILN_BENCH=ON) and run all benchmarks"
 	@echo "  make asan          build with AddressSanitizer + UBSan and run all tests"
@@ -46,7 +46,7 @@ deps-bench:
 demo: deps
 	$(call configure,release)
 	$(call build,release) --target train_fashion_mnist
-	build/release/examples/train_fashion_mnist --model cnn --epochs 3
+	build/release/examples/train_fashion_mnist --model cnn --epochs 3 --out build/fashion_mnist_run
 
 test: deps
 	$(call configure,release)
