@@ -34,6 +34,7 @@
 #include "kiln/io/hdf5_weights.h"
 #include "kiln/io/idx.h"
 #include "kiln/io/keras_weights.h"
+#include "kiln/io/metrics.h"
 #include "kiln/io/progress.h"
 #include "kiln/nn/activations.h"
 #include "kiln/nn/init.h"

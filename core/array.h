@@ -63,6 +63,10 @@ class Array {
 
   /// Evaluates this array (and what it depends on).
   void eval() const;
+  /// Waits until this array is computed: for a pending async_eval to finish (a part it has not
+  /// started yet is computed here), or evaluates it. An error the scheduled work raised is raised
+  /// here, on this thread. The same as eval(); the name says what a caller of async_eval means.
+  void wait() const { eval(); }
   /// True once the values are computed.
   bool is_available() const;
 
@@ -135,6 +139,17 @@ requires(sizeof...(A) > 1 &&
          (std::is_convertible_v<const A&, const Array&> && ...)) void eval(const A&... arrays) {
   eval({Array(arrays)...});
 }
+
+/// Schedules the evaluation of the arrays on kiln's scheduler thread and returns at once, so the
+/// caller can build (and schedule) the next step meanwhile. eval(), wait(), item(), data() and
+/// to_vector() on these arrays, or on arrays computed from them, wait for the work; any part not
+/// started yet is computed by the waiting thread. An error raised by the scheduled work is raised
+/// again by the wait, on the waiting thread (the failed primitive runs there again), and the next
+/// evaluation works. Any number of evaluations may be outstanding, from any threads. Inside a
+/// transform's trace (grad, vmap, compile) it evaluates at once.
+void async_eval(std::span<const Array> arrays);
+void async_eval(std::initializer_list<Array> arrays);
+inline void async_eval(const std::vector<Array>& arrays) { async_eval(std::span<const Array>(arrays)); }
 
 /// NumPy-like printing: array([[1, 2], [3, 4]], dtype=int32).
 std::ostream& operator<<(std::ostream& os, const Array& a);

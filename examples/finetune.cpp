@@ -1,5 +1,6 @@
-// Fine-tunes a pretrained Fashion-MNIST classifier (LeNet-5, or an MLP with --model mlp) on a new
-// task, three ways, and reports the new task's test accuracy before and after:
+// Fine-tunes a pretrained Fashion-MNIST classifier (the small CNN, LeNet-5 or an MLP, as
+// train_fashion_mnist trains them) on a new task, three ways, and reports the new task's test
+// accuracy before and after:
 //
 //   tasks  subset  footwear only: Sandal, Sneaker and Ankle boot, with a new 3-way head (a fresh
 //                  Linear in place of the last one); "before" also shows the pretrained 10-way
@@ -15,19 +16,21 @@
 //          full    every parameter trains
 //
 // It prints the trainable and total parameter counts and writes the fine-tuned weights (a plain
-// LeNet or MLP of the task's class count; LoRA merged) to --out. The pretrained weights are an
-// HDF5 file as train_fashion_mnist writes to <out>/weights.h5; --init-weights PATH instead writes
-// a freshly initialized (seeded, untrained) model there and exits, for tests and demos without a
+// model of the same architecture and the task's class count; LoRA merged) to --out. The pretrained
+// weights are an HDF5 file as train_fashion_mnist writes to <out>/weights.h5; the architecture
+// follows from its keys (--model names it explicitly). --init-weights PATH instead writes a
+// freshly initialized (seeded, untrained) --model there and exits, for tests and demos without a
 // trained model.
 //
-//   build/release/examples/train_fashion_mnist --model lenet --epochs 3 --out lenet_run
-//   build/release/examples/finetune --weights lenet_run/weights.h5 --task subset --mode lora
-//   build/release/examples/finetune --weights lenet_run/weights.h5 --task shift --shift rotate --mode full
+//   build/release/examples/train_fashion_mnist --model cnn --epochs 3 --out cnn_run
+//   build/release/examples/finetune --weights cnn_run/weights.h5 --task subset --mode lora
+//   build/release/examples/finetune --weights cnn_run/weights.h5 --task shift --shift rotate --mode full
 //   build/release/examples/finetune --init-weights /tmp/untrained.h5 --model mlp
 #include <fmt/format.h>
 #include <kiln/kiln.h>
 #include <kiln/models/lenet.h>
 #include <kiln/models/mlp.h>
+#include <kiln/models/small_cnn.h>
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
@@ -54,7 +57,7 @@ const std::vector<int32_t> kFootwear = {5, 7, 9};  // Sandal, Sneaker, Ankle boo
 struct Settings {
   std::string weights;
   std::string init_weights;
-  std::string model = "lenet";
+  std::string model = "auto";
   std::string task = "subset";
   std::string shift = "invert";
   std::string mode = "lora";
@@ -100,6 +103,32 @@ class LoRALeNet : public nn::Module {
   nn::MaxPool2d pool_{2};
 };
 
+// models::SmallCnn (its layers and keys) with nn::LoRALinear in place of fc1 and fc2.
+class LoRASmallCnn : public nn::Module {
+ public:
+  LoRASmallCnn(const models::SmallCnnConfig& c, const nn::LoRAOptions& lora)
+      : conv1(this, "conv1", c.in_channels, c.conv1_channels, 3, nn::Conv2dOptions{.padding = 1}),
+        conv2(this, "conv2", c.conv1_channels, c.conv2_channels, 3, nn::Conv2dOptions{.padding = 1}),
+        fc1(this, "fc1", c.conv2_channels * (c.image_size / 4) * (c.image_size / 4), c.hidden, lora),
+        fc2(this, "fc2", c.hidden, c.num_classes, lora) {}
+  /// x: (N, 28, 28) or (N, C, 28, 28) -> logits (N, classes), as models::SmallCnn.
+  Array operator()(const Array& x) const {
+    Array h = x.ndim() == 3 ? kiln::expand_dims(x, 1) : x;
+    h = pool_(nn::relu(conv1(h)));
+    h = pool_(nn::relu(conv2(h)));
+    h = kiln::reshape(h, {h.shape()[0], fc1->in_features()});
+    return fc2(nn::relu(fc1(h)));
+  }
+
+  nn::ModuleInfo<nn::Conv2d> conv1;
+  nn::ModuleInfo<nn::Conv2d> conv2;
+  nn::ModuleInfo<nn::LoRALinear> fc1;
+  nn::ModuleInfo<nn::LoRALinear> fc2;
+
+ private:
+  nn::MaxPool2d pool_{2};
+};
+
 // models::Mlp (ReLU, its keys layers.<i>.*) with nn::LoRALinear layers.
 class LoRAMlp : public nn::Module {
  public:
@@ -125,12 +154,27 @@ class LoRAMlp : public nn::Module {
 // What a weights file says about the model it came from: the architecture's sizes, read from the
 // shapes of its parameters, and the key prefix of its classifier head.
 struct Architecture {
-  std::string name;  // "lenet" or "mlp"
+  std::string name;  // "cnn", "lenet" or "mlp"
+  models::SmallCnnConfig cnn;
   models::LeNetConfig lenet;
   models::MlpConfig mlp;
-  std::string head;  // "fc3" or "layers.<last>"
-  int64_t classes() const { return name == "lenet" ? lenet.num_classes : mlp.out_features; }
+  std::string head;  // "fc2", "fc3" or "layers.<last>"
+  int64_t classes() const {
+    return name == "cnn" ? cnn.num_classes : name == "lenet" ? lenet.num_classes : mlp.out_features;
+  }
 };
+
+// The model a weights file holds, from its keys: "mlp" (layers.0.*), "lenet" (conv1, ..., fc3) or
+// "cnn" (conv1, conv2, fc1, fc2). Throws KeyError when it is none of them.
+std::string model_of(const nn::ParamTree& w, const std::string& path) {
+  if (w.contains("layers.0.weight")) return "mlp";
+  if (w.contains("conv1.weight") && w.contains("fc3.weight")) return "lenet";
+  if (w.contains("conv1.weight") && w.contains("fc2.weight")) return "cnn";
+  throw kiln::KeyError::of(kProgram, "unknown model",
+                           "{} holds no small CNN (conv1, conv2, fc1, fc2), LeNet-5 (..., fc3) or MLP "
+                           "(layers.0, ...) weights; keys: {}",
+                           path, fmt::join(w.keys(), ", "));
+}
 
 // The sizes of a `name` model from its weights. Throws KeyError when the file does not hold one.
 Architecture architecture_of(const std::string& name, const nn::ParamTree& w, const std::string& path) {
@@ -150,6 +194,29 @@ Architecture architecture_of(const std::string& name, const nn::ParamTree& w, co
     a.head = "fc3";
     return a;
   }
+  if (name == "cnn") {
+    // LeNet-5 has the same first four layer names: its fc3 and 5x5 kernels tell it apart.
+    if (w.contains("fc3.weight") || require("conv1.weight", 4).shape(2) != 3)
+      throw kiln::KeyError::of(
+          kProgram, "not the weights of this model",
+          "{} has 5x5 convolutions or an fc3, so it holds LeNet-5, not the small cnn; pass "
+          "--model lenet (or --model auto)",
+          path);
+    const Array& conv1 = require("conv1.weight", 4);
+    a.cnn = {.in_channels = conv1.shape(1),
+             .num_classes = require("fc2.weight", 2).shape(0),
+             .conv1_channels = conv1.shape(0),
+             .conv2_channels = require("conv2.weight", 4).shape(0),
+             .hidden = require("fc1.weight", 2).shape(0)};
+    // The images are 28x28, pooled twice to 7x7 before fc1.
+    const int64_t fc1_in = w.at("fc1.weight").shape(1);
+    if (fc1_in != a.cnn.conv2_channels * 7 * 7)
+      throw kiln::ValueError::of(kProgram, "not a 28x28 image classifier",
+                                 "{}: fc1 takes {} inputs, not {} (conv2's {} channels of 7x7)", path, fc1_in,
+                                 a.cnn.conv2_channels * 7 * 7, a.cnn.conv2_channels);
+    a.head = "fc2";
+    return a;
+  }
   a.mlp.hidden.clear();
   a.mlp.in_features = require("layers.0.weight", 2).shape(1);
   int64_t n = 1;
@@ -164,7 +231,14 @@ Architecture architecture_of(const std::string& name, const nn::ParamTree& w, co
 // A freshly initialized model of the architecture with `classes` outputs.
 template <class Net>
 std::unique_ptr<Net> make_net(const Architecture& a, int64_t classes, const nn::LoRAOptions& lora = {}) {
-  if constexpr (std::is_same_v<Net, models::LeNet>) {
+  if constexpr (std::is_same_v<Net, models::SmallCnn> || std::is_same_v<Net, LoRASmallCnn>) {
+    models::SmallCnnConfig c = a.cnn;
+    c.num_classes = classes;
+    if constexpr (std::is_same_v<Net, models::SmallCnn>)
+      return std::make_unique<Net>(c);
+    else
+      return std::make_unique<Net>(c, lora);
+  } else if constexpr (std::is_same_v<Net, models::LeNet>) {
     return std::make_unique<Net>(
         models::LeNetConfig{.in_channels = a.lenet.in_channels, .num_classes = classes});
   } else if constexpr (std::is_same_v<Net, LoRALeNet>) {
@@ -298,7 +372,7 @@ void choose_trainable(nn::Module& net, const std::string& mode, const Architectu
     return;
   }
   // LoRALinear froze its own weight and bias; the convolutions are frozen here.
-  if (a.name == "lenet") net.freeze({"conv1", "conv2"});
+  if (a.name != "mlp") net.freeze({"conv1", "conv2"});
   if (new_head) {
     net.unfreeze({a.head + ".weight", a.head + ".bias"});
     net.freeze({a.head + ".lora_a", a.head + ".lora_b"});
@@ -375,14 +449,18 @@ int finetune(const Settings& s, const Architecture& a, const nn::ParamTree& pret
 int write_initial_weights(const Settings& s) {
   kiln::random::seed(s.seed);
   create_parent_folder(s.init_weights);
-  if (s.model == "lenet") {
+  const std::string model = s.model == "auto" ? "cnn" : s.model;
+  if (model == "cnn") {
+    models::SmallCnn net;
+    net.save_weights(s.init_weights);
+  } else if (model == "lenet") {
     models::LeNet net;
     net.save_weights(s.init_weights);
   } else {
     models::Mlp net({.in_features = 784, .hidden = {512, 512}, .out_features = 10});
     net.save_weights(s.init_weights);
   }
-  fmt::print("wrote an untrained {} (seed {}) to {}\n", s.model, s.seed, s.init_weights);
+  fmt::print("wrote an untrained {} (seed {}) to {}\n", model, s.seed, s.init_weights);
   return 0;
 }
 
@@ -395,11 +473,12 @@ int run(const Settings& s) {
     throw kiln::RuntimeError::of(
         kProgram, "pretrained weights not found",
         "{} does not exist; train a model first:\n  build/release/examples/train_fashion_mnist --model {} "
-        "--epochs 3 "
-        "--out DIR\nthen pass --weights DIR/weights.h5 (or write an untrained one with --init-weights PATH)",
-        s.weights, s.model);
+        "--epochs 3 --out DIR\nthen pass --weights DIR/weights.h5 (or write an untrained one with "
+        "--init-weights PATH)",
+        s.weights, s.model == "auto" ? "cnn" : s.model);
   const nn::ParamTree pretrained = io::load_weights(s.weights);
-  const Architecture a = architecture_of(s.model, pretrained, s.weights);
+  const std::string model = s.model == "auto" ? model_of(pretrained, s.weights) : s.model;
+  const Architecture a = architecture_of(model, pretrained, s.weights);
   if (a.classes() != 10)
     throw kiln::ValueError::of(kProgram, "not a Fashion-MNIST classifier", "{} has {} outputs, not 10",
                                s.weights, a.classes());
@@ -414,18 +493,19 @@ int run(const Settings& s) {
     data.train = first(io::load_mnist(dir, io::Split::train), s.limit);
     data.test = first(io::load_mnist(dir, io::Split::test), s.limit);
   }
-  fmt::print("{} from {}: task {}{}, {} training and {} test images\n", s.model, s.weights, s.task,
+  fmt::print("{} from {}: task {}{}, {} training and {} test images\n", model, s.weights, s.task,
              s.task == "shift" ? " (" + s.shift + ")" : std::string(" (footwear: 3 classes)"),
              data.train.size(), data.test.size());
   kiln::random::seed(s.seed);  // the new head's and the adapters' initialization
-  if (s.model == "lenet") return finetune<models::LeNet, LoRALeNet>(s, a, pretrained, data);
+  if (model == "cnn") return finetune<models::SmallCnn, LoRASmallCnn>(s, a, pretrained, data);
+  if (model == "lenet") return finetune<models::LeNet, LoRALeNet>(s, a, pretrained, data);
   return finetune<models::Mlp, LoRAMlp>(s, a, pretrained, data);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Fine-tune a pretrained Fashion-MNIST LeNet or MLP on a new task: freeze, LoRA or full"};
+  CLI::App app{"Fine-tune a pretrained Fashion-MNIST CNN, LeNet or MLP on a new task: freeze, LoRA or full"};
   Settings s;
   app.add_option("--weights", s.weights, "pretrained HDF5 weights (train_fashion_mnist's <out>/weights.h5)");
   app.add_option(
@@ -433,8 +513,9 @@ int main(int argc, char** argv) {
       "write a freshly initialized (seeded, untrained) --model to this file and exit: for tests and "
       "demos without a trained model");
   app.add_option("--model", s.model,
-                 "the architecture of the weights: lenet (LeNet-5) or mlp (784-...-10, ReLU)")
-      ->check(CLI::IsMember({"lenet", "mlp"}))
+                 "the architecture of the weights: auto (from the file's keys), cnn (train_fashion_mnist's "
+                 "small CNN), lenet (LeNet-5) or mlp (784-...-10, ReLU); --init-weights: auto means cnn")
+      ->check(CLI::IsMember({"auto", "cnn", "lenet", "mlp"}))
       ->capture_default_str();
   app.add_option("--task", s.task, "subset (footwear, 3 classes, new head) or shift (all classes, --shift)")
       ->check(CLI::IsMember({"subset", "shift"}))

@@ -1,4 +1,5 @@
-// Serves a classifier from many threads at once: the weights (an MLP or LeNet-5 in an HDF5 file)
+// Serves a classifier from many threads at once: the weights (the small CNN, LeNet-5 or an MLP in an
+// HDF5 file, as train_fashion_mnist writes them)
 // are loaded into an nn::MaterializedModule, an immutable model any number of threads may call,
 // and --requests requests are answered first by one thread, then by --threads threads taking
 // requests from a shared queue. Request i classifies --batch random images drawn from its own
@@ -11,11 +12,12 @@
 // loads that back (the file is removed at the end), so the program runs without a trained model.
 //
 //   build/release/examples/serve_concurrent                                  # untrained MLP
-//   build/release/examples/serve_concurrent --weights lenet_run/weights.h5 --threads 8 --batch 16
+//   build/release/examples/serve_concurrent --weights cnn_run/weights.h5 --threads 8 --batch 16
 #include <fmt/format.h>
 #include <kiln/kiln.h>
 #include <kiln/models/lenet.h>
 #include <kiln/models/mlp.h>
+#include <kiln/models/small_cnn.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -196,7 +198,9 @@ int run(Settings s) {
     temporary.path =
         std::filesystem::temp_directory_path() / fmt::format("kiln_serve_concurrent_{}.h5", ::getpid());
     kiln::random::seed(s.seed);
-    if (s.model == "lenet")
+    if (s.model == "cnn")
+      models::SmallCnn().save_weights(temporary.path);
+    else if (s.model == "lenet")
       models::LeNet().save_weights(temporary.path);
     else
       models::Mlp({.in_features = 784, .hidden = {512, 512}, .out_features = 10})
@@ -206,7 +210,7 @@ int run(Settings s) {
                s.model, s.seed, s.weights);
   } else if (!std::filesystem::exists(s.weights)) {
     throw kiln::RuntimeError::of(kProgram, "weights not found",
-                                 "{} does not exist (train_fashion_mnist --model lenet --out DIR writes "
+                                 "{} does not exist (train_fashion_mnist --out DIR writes "
                                  "DIR/weights.h5; without --weights an untrained model is served)",
                                  s.weights);
   }
@@ -219,6 +223,19 @@ int run(Settings s) {
                             .num_classes = weights.at("fc3.weight").shape(0)});
     net->update(weights);
     fmt::print("LeNet-5 from {}\n", s.weights);
+    return run(s, std::move(net));
+  }
+  if (weights.contains("conv1.weight") && weights.contains("fc2.weight")) {
+    const Array& conv1 = weights.at("conv1.weight");
+    const models::SmallCnnConfig c{.in_channels = conv1.shape(1),
+                                   .num_classes = weights.at("fc2.weight").shape(0),
+                                   .conv1_channels = conv1.shape(0),
+                                   .conv2_channels = weights.at("conv2.weight").shape(0),
+                                   .hidden = weights.at("fc1.weight").shape(0)};
+    auto net = std::make_unique<models::SmallCnn>(c);
+    net->update(weights);  // checks every shape, fc1's (the 28x28 images' 7x7 after pooling) too
+    fmt::print("small CNN ({}, {} channels, fc {}) from {}\n", c.conv1_channels, c.conv2_channels, c.hidden,
+               s.weights);
     return run(s, std::move(net));
   }
   if (weights.contains("layers.0.weight")) {
@@ -237,21 +254,21 @@ int run(Settings s) {
     return run(s, std::move(net));
   }
   throw kiln::KeyError::of(kProgram, "unknown model",
-                           "{} holds neither LeNet-5 (conv1.weight, ...) nor MLP "
-                           "(layers.0.weight, ...) weights; keys: {}",
+                           "{} holds no small CNN (conv1, conv2, fc1, fc2), LeNet-5 (..., fc3) or MLP "
+                           "(layers.0, ...) weights; keys: {}",
                            s.weights, fmt::join(weights.keys(), ", "));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Serve an MLP or LeNet-5 from many threads; check the outputs and measure throughput"};
+  CLI::App app{"Serve a CNN, LeNet-5 or an MLP from many threads; check the outputs and measure throughput"};
   Settings s;
   app.add_option("--weights", s.weights,
-                 "HDF5 weights of an MLP or LeNet-5 (default: a seeded untrained --model)");
+                 "HDF5 weights of a small CNN, LeNet-5 or an MLP (default: a seeded untrained --model)");
   app.add_option("--model", s.model,
-                 "the untrained model served without --weights: mlp (784-512-512-10) or lenet")
-      ->check(CLI::IsMember({"mlp", "lenet"}))
+                 "the untrained model served without --weights: mlp (784-512-512-10), lenet or cnn")
+      ->check(CLI::IsMember({"mlp", "lenet", "cnn"}))
       ->capture_default_str();
   app.add_option("--requests", s.requests, "requests per run")
       ->check(CLI::Range(1, 1 << 20))

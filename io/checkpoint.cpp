@@ -16,7 +16,6 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cereal/archives/portable_binary.hpp>
 #include <cerrno>
 #include <cstring>
@@ -27,6 +26,8 @@
 #include <string_view>
 #include <system_error>
 #include <vector>
+
+#include "kiln/io/atomic_file_impl.h"
 
 namespace kiln::io {
 namespace {
@@ -100,91 +101,12 @@ std::string error_text(int err) { return std::generic_category().message(err); }
 
 // ---- saving ----
 
-// The temporary file a save writes; removed on destruction unless commit() renamed it.
-class TempFile {
- public:
-  explicit TempFile(const fs::path& target) : target_(target) {
-    static std::atomic<uint64_t> counter{0};  // atomic: saves on several threads get distinct names
-    const fs::path folder = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-    for (int attempt = 0;; ++attempt) {
-      // A leftover of a killed process whose pid was reused can hold a name: take the next one.
-      temp_ = folder / fmt::format(".{}.tmp-{}-{}", target.filename().string(), ::getpid(), counter++);
-      fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd_ >= 0) return;
-      const int err = errno;
-      if (err != EEXIST || attempt == 100)
-        throw RuntimeError::of(kSave, "cannot create the temporary file", "{} for {}: {}", temp_.string(),
-                               target_.string(), error_text(err));
-    }
-  }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(temp_.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-
-  int64_t size() const { return size_; }
-
-  void write(const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t done = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
-      if (done < 0 && errno == EINTR) continue;
-      if (done <= 0) fail("cannot write", done < 0 ? errno : EIO);
-      p += done;
-      n -= static_cast<size_t>(done);
-      size_ += done;
-    }
-  }
-
-  void write_at(int64_t offset, const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t done = ::pwrite(fd_, p, n, offset);
-      if (done < 0 && errno == EINTR) continue;
-      if (done <= 0) fail("cannot write", done < 0 ? errno : EIO);
-      p += done;
-      n -= static_cast<size_t>(done);
-      offset += done;
-    }
-  }
-
-  // Makes the file durable, renames it over the target and makes the rename durable.
-  void commit() {
-    if (::fsync(fd_) != 0) fail("cannot sync", errno);
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail("cannot close", errno);
-    if (::rename(temp_.c_str(), target_.c_str()) != 0) fail("cannot rename the temporary file over", errno);
-    committed_ = true;
-    // Without this the rename itself may be lost in a power cut, leaving the old checkpoint.
-    const fs::path folder = target_.parent_path().empty() ? fs::path(".") : target_.parent_path();
-    const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir < 0) fail("saved, but cannot open the folder to sync", errno);
-    const int synced = ::fsync(dir);
-    const int err = errno;
-    ::close(dir);
-    // EINVAL: the file system cannot sync folders (some network file systems); nothing to do.
-    if (synced != 0 && err != EINVAL) fail("saved, but cannot sync the folder of", err);
-  }
-
- private:
-  [[noreturn]] void fail(const char* what, int err) const {
-    throw RuntimeError::of(kSave, what, "{}: {}", target_.string(), error_text(err));
-  }
-
-  fs::path target_, temp_;
-  int fd_ = -1;
-  int64_t size_ = 0;
-  bool committed_ = false;
-};
-
 // A stream buffer that hashes and counts what passes through it on its way into the file: one
 // section's payload between start() and finish().
 class SectionWriter : public std::streambuf {
  public:
-  explicit SectionWriter(TempFile& file) : file_(file), buffer_(kBufferBytes), state_(XXH3_createState()) {
+  explicit SectionWriter(detail::TempFile& file)
+      : file_(file), buffer_(kBufferBytes), state_(XXH3_createState()) {
     if (!state_) throw std::bad_alloc();
     setp(buffer_.data(), buffer_.data() + buffer_.size());
   }
@@ -235,7 +157,7 @@ class SectionWriter : public std::streambuf {
     length_ += n;
   }
 
-  TempFile& file_;
+  detail::TempFile& file_;
   std::vector<char> buffer_;
   std::unique_ptr<XXH3_state_t, FreeState> state_;
   uint64_t length_ = 0;
@@ -271,7 +193,7 @@ void save_array(OutArchive& ar, const Array& a) {
   if (a.size() == 0) return;
   if (a.row_contiguous()) return save_elements(ar, a.raw_data(), a.nbytes(), a.itemsize());
   std::vector<char> dense(static_cast<size_t>(a.nbytes()));  // a view: its values in row-major order
-  detail::gather_row_major(a, dense.data(), a.dtype());
+  kiln::detail::gather_row_major(a, dense.data(), a.dtype());
   save_elements(ar, dense.data(), a.nbytes(), a.itemsize());
 }
 
@@ -664,26 +586,26 @@ void save_checkpoint(const std::filesystem::path& path, const Checkpoint& c) {
   if (c.random_key.valid()) arrays.push_back(c.random_key);
   kiln::eval(arrays);  // computation errors surface here, before any file exists
 
-  TempFile file(path);
-  unsigned char header[kHeaderBytes];
-  encode_header(header);
-  file.write(header, kHeaderBytes);
-  SectionWriter writer(file);
-  for (uint32_t s = 0; s < kSectionCount; ++s) {
-    const int64_t frame_at = file.size();
-    unsigned char frame[kFrameBytes] = {};
-    file.write(frame, kFrameBytes);  // patched once the payload's length and checksum are known
-    writer.start();
-    {
-      std::ostream stream(&writer);
-      OutArchive archive(stream, OutArchive::Options::LittleEndian());
-      save_payload(archive, c, static_cast<int>(s));
+  detail::replace_atomically(kSave, path, [&](detail::TempFile& file) {
+    unsigned char header[kHeaderBytes];
+    encode_header(header);
+    file.write(header, kHeaderBytes);
+    SectionWriter writer(file);
+    for (uint32_t s = 0; s < kSectionCount; ++s) {
+      const int64_t frame_at = file.size();
+      unsigned char frame[kFrameBytes] = {};
+      file.write(frame, kFrameBytes);  // patched once the payload's length and checksum are known
+      writer.start();
+      {
+        std::ostream stream(&writer);
+        OutArchive archive(stream, OutArchive::Options::LittleEndian());
+        save_payload(archive, c, static_cast<int>(s));
+      }
+      const auto [length, checksum] = writer.finish();
+      encode_frame(frame, kSections[s].tag, length, checksum);
+      file.write_at(frame_at, frame, kFrameBytes);
     }
-    const auto [length, checksum] = writer.finish();
-    encode_frame(frame, kSections[s].tag, length, checksum);
-    file.write_at(frame_at, frame, kFrameBytes);
-  }
-  file.commit();
+  });
 }
 
 Checkpoint load_checkpoint(const std::filesystem::path& path) {

@@ -390,7 +390,7 @@ Hid create_file(const Hdf5Lock& lock, const fs::path& path, const char* op) {
   if (!fcpl.valid() ||
       H5Pset_link_creation_order(fcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED) < 0)
     throw RuntimeError::of(op, "cannot create file", "{}: {}", path.string(), hdf5_error_text(lock));
-  Hid file(H5Fcreate(path.c_str(), H5F_ACC_EXCL, fcpl.get(), H5P_DEFAULT), H5Fclose);
+  Hid file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT), H5Fclose);
   if (!file.valid())
     throw RuntimeError::of(op, "cannot create file", "{}: {}", path.string(), hdf5_error_text(lock));
   return file;

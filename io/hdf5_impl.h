@@ -142,8 +142,8 @@ void write_dataset(const Hdf5Lock& lock, hid_t parent, const std::string& name, 
 Hid create_group(const Hdf5Lock& lock, hid_t parent, const std::string& name, const std::string& file,
                  const std::string& key);
 
-/// Creates `path` (truncating nothing: it must not exist) with a root group that tracks creation
-/// order. Throws RuntimeError naming the path.
+/// Creates `path` with a root group that tracks creation order, truncating an existing file (the
+/// empty temporary file of replace_atomically). Throws RuntimeError naming the path.
 Hid create_file(const Hdf5Lock& lock, const std::filesystem::path& path, const char* op);
 
 }  // namespace kiln::io::detail

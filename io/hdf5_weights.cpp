@@ -1,16 +1,11 @@
 #include "kiln/io/hdf5_weights.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <set>
 #include <vector>
 
 #include "kiln/core/error.h"
 #include "kiln/core/ops/cast.h"
+#include "kiln/io/atomic_file_impl.h"
 #include "kiln/io/hdf5_impl.h"
 #include "kiln/io/hdf5_isolated_impl.h"
 
@@ -77,18 +72,6 @@ std::vector<Array> dense_values(const nn::ParamTree& tree) {
   }
   eval(copies);
   return out;
-}
-
-void fsync_path(const fs::path& p, bool folder) {
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | (folder ? O_DIRECTORY : 0));
-  if (fd < 0)
-    throw RuntimeError::of("save_weights", "cannot sync", "{}: {}", p.string(), std::strerror(errno));
-  const int r = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  // Some file systems cannot sync a folder (EINVAL); the file itself is synced by then.
-  if (r != 0 && !(folder && err == EINVAL))
-    throw RuntimeError::of("save_weights", "cannot sync", "{}: {}", p.string(), std::strerror(err));
 }
 
 void write_file(const fs::path& tmp, const std::string& file, const nn::ParamTree& tree,
@@ -262,19 +245,10 @@ void save_weights(const fs::path& path, const nn::ParamTree& tree,
     throw RuntimeError::of("save_weights", "folder does not exist", "{}", file);
   if (fs::is_directory(path, ec))
     throw RuntimeError::of("save_weights", "cannot write file", "{}: is a folder", file);
-  static std::atomic<uint64_t> counter{0};
-  const fs::path tmp =
-      folder / fmt::format(".{}.tmp-{}-{}", path.filename().string(), ::getpid(), counter.fetch_add(1));
-  try {
-    write_file(tmp, file, tree, paths, values, metadata);
-    fsync_path(tmp, false);
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
-      throw RuntimeError::of("save_weights", "cannot replace file", "{}: {}", file, std::strerror(errno));
-  } catch (...) {
-    fs::remove(tmp, ec);
-    throw;
-  }
-  fsync_path(folder, true);
+  // libhdf5 writes the temporary file itself, through its path.
+  detail::replace_atomically("save_weights", path, [&](detail::TempFile& tmp) {
+    write_file(tmp.path(), file, tree, paths, values, metadata);
+  });
 }
 
 nn::ParamTree load_weights(const fs::path& path) { return load(path, {}); }

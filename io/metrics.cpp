@@ -1,17 +1,12 @@
 #include "kiln/io/metrics.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
 
 #include "kiln/core/error.h"
+#include "kiln/io/atomic_file_impl.h"
 
 namespace kiln::io {
 namespace {
@@ -37,40 +32,9 @@ std::string csv_number(double v) {
   return fmt::format("{}", v);
 }
 
-// Removes the temporary file of a failed write; the error being reported matters more than this one.
-void discard(const std::string& tmp) { std::remove(tmp.c_str()); }
-
 void write_atomically(const std::string& path, std::string_view text, const char* op) {
   if (path.empty()) throw ValueError::of(op, "empty path");
-  // The temporary file sits in the same folder so that rename() is atomic (one file system).
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr)
-    throw RuntimeError::of(op, "cannot create file", "{} (as {}): {}", path, tmp, std::strerror(errno));
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  ok = std::fflush(f) == 0 && ok;
-  int err = ok ? 0 : errno;
-  // fsync before rename: otherwise a crash can leave the new name pointing at an empty file.
-  if (ok && ::fsync(::fileno(f)) != 0) ok = false, err = errno;
-  if (std::fclose(f) != 0 && ok) ok = false, err = errno;
-  if (!ok) {
-    discard(tmp);
-    throw RuntimeError::of(op, "cannot write file", "{} (as {}): {}", path, tmp, std::strerror(err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
-    discard(tmp);
-    throw RuntimeError::of(op, "cannot replace file", "{}: {}", path, std::strerror(err));
-  }
-  // Make the rename itself durable. The new file is already in place, so a failure here is not
-  // reported: throwing would claim the file is unchanged when it is not.
-  std::filesystem::path folder = std::filesystem::path(path).parent_path();
-  if (folder.empty()) folder = std::filesystem::current_path();
-  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  detail::replace_atomically(op, path, [&](detail::TempFile& file) { file.write(text.data(), text.size()); });
 }
 
 }  // namespace

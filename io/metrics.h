@@ -63,10 +63,11 @@ class MetricsLog {
   std::vector<std::vector<std::optional<double>>> rows_;  // each as long as columns_ was when logged
 };
 
-/// Writes `text` to `path` so that a reader never sees a partial file: into "<path>.tmp" in the
-/// same folder, flushed to disk, then renamed over `path` (and the folder synced). Throws ValueError
-/// for an empty path, RuntimeError naming the path when a step fails (a missing folder, `path` is a
-/// folder, a full disk); `path` is then unchanged and the temporary file removed.
+/// Writes `text` to `path` so that a reader never sees a partial file: into a temporary file of its
+/// own in the same folder (".<name>.tmp-<pid>-<n>"), flushed to disk, then renamed over `path` and
+/// the folder synced. Throws ValueError for an empty path, RuntimeError naming the path when a step
+/// fails (a missing folder, `path` is a folder, a full disk); `path` is then unchanged and the
+/// temporary file removed (a failure to sync the folder is reported with the new file in place).
 void write_text_file_atomically(const std::string& path, std::string_view text);
 
 /// One chart: its curves against shared axes.

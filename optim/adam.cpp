@@ -4,6 +4,7 @@
 
 #include "kiln/core/ops/binary.h"
 #include "kiln/core/ops/unary.h"
+#include "kiln/optim/fused_adam_impl.h"
 
 namespace kiln::optim {
 
@@ -16,25 +17,22 @@ struct AdamMath {
 };
 
 // torch.optim.Adam's single-tensor step on g (weight decay already applied); p is the parameter
-// to step from. Scalars are folded on the host so the graph is a few elementwise ops.
+// to step from. Scalars are folded on the host; the update is one fused primitive (fused_adam.cpp).
 Array adam_step(const AdamMath& a, const Array& p, const Array& g, double lr, int64_t t,
                 std::map<std::string, Array, std::less<>>& s) {
   const auto [b1, b2] = a.betas;
   Array& m = s.at("exp_avg");
   Array& v = s.at("exp_avg_sq");
-  m = detail::lerp(m, g, 1.0 - b1);
-  v = b2 * v + (1.0 - b2) * (g * g);
   const double step_size = lr / (1.0 - std::pow(b1, static_cast<double>(t)));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(t)));
-  Array denom;
-  if (a.amsgrad) {
-    Array& vmax = s.at("max_exp_avg_sq");
-    vmax = maximum(vmax, v);
-    denom = sqrt(vmax) / bc2_sqrt + a.eps;
-  } else {
-    denom = sqrt(v) / bc2_sqrt + a.eps;
-  }
-  return p - step_size * (m / denom);
+  std::optional<Array> vmax;
+  if (a.amsgrad) vmax = s.at("max_exp_avg_sq");
+  std::vector<Array> out =
+      detail::adam_update({b1, b2, a.eps, a.amsgrad}, p, g, m, v, vmax, step_size, bc2_sqrt);
+  m = out[1];
+  v = out[2];
+  if (a.amsgrad) s.at("max_exp_avg_sq") = out[3];
+  return out[0];
 }
 
 template <class Options, class Require>

@@ -17,6 +17,7 @@ struct Add : BinaryOp<Add> {
   using BinaryOp::BinaryOp;
   static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Add";
+  static constexpr TileOp kTileOp = TileOp::add;
   static constexpr const char* kOpName = "add";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
@@ -29,6 +30,7 @@ struct Subtract : BinaryOp<Subtract> {
   using BinaryOp::BinaryOp;
   static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Subtract";
+  static constexpr TileOp kTileOp = TileOp::subtract;
   static constexpr const char* kOpName = "subtract";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
@@ -43,6 +45,7 @@ struct Multiply : BinaryOp<Multiply> {
   using BinaryOp::BinaryOp;
   static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Multiply";
+  static constexpr TileOp kTileOp = TileOp::multiply;
   static constexpr const char* kOpName = "multiply";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
@@ -55,6 +58,7 @@ struct Divide : BinaryOp<Divide> {
   using BinaryOp::BinaryOp;
   static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Divide";
+  static constexpr TileOp kTileOp = TileOp::divide;
   static constexpr const char* kOpName = "divide";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kIntToFloat = true;

@@ -1,7 +1,6 @@
 #pragma once
 // CRTP bases for elementwise primitives: a derived struct states its name, dtypes, math and
 // derivative once; the base supplies shapes, the CPU loops, vjp, jvp and vmap. Internal header.
-#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -37,17 +36,15 @@ class BlockKernel {
   virtual TileOp tile_op() const { return TileOp::none; }
 };
 
-/// The TileOp of the elementwise op named `name` (its kName). The tile interpreter computes each
-/// exactly as the op's float32 `apply` does (one IEEE operation, exp_f32 or tanh_f32), so fused
-/// and eager results agree bit for bit.
-constexpr TileOp tile_op_named(std::string_view name) {
-  constexpr std::pair<std::string_view, TileOp> kOps[] = {
-      {"Add", TileOp::add},       {"Subtract", TileOp::subtract}, {"Multiply", TileOp::multiply},
-      {"Divide", TileOp::divide}, {"Negative", TileOp::negative}, {"Exp", TileOp::exp},
-      {"Tanh", TileOp::tanh}};
-  for (const auto& [n, op] : kOps)
-    if (n == name) return op;
-  return TileOp::none;
+/// An op with a register-tile form states it as `static constexpr TileOp kTileOp`. The tile
+/// interpreter computes each TileOp exactly as the op's float32 `apply` does (one IEEE operation,
+/// exp_f32 or tanh_f32), so fused and eager results agree bit for bit.
+template <class D>
+constexpr TileOp tile_op_of() {
+  if constexpr (requires { D::kTileOp; })
+    return D::kTileOp;
+  else
+    return TileOp::none;
 }
 
 /// Step through input k of a block: 0 for a broadcast scalar, else 1.
@@ -194,7 +191,8 @@ concept FloatOnly = requires {
 /// Base of an elementwise unary primitive D, which provides:
 ///   kName, kTypes, `template <class T> static auto apply(T)`, and either
 ///   `static Array derivative(const Array& x, const Array& y)` (dy/dx) or nothing (gradient zero);
-///   optionally kOutBool (result is bool) and kFloatOnly (integer input is promoted to float32).
+///   optionally kOutBool (result is bool), kFloatOnly (integer input is promoted to float32) and
+///   kTileOp (its register-tile form in compile's fused chains).
 template <class D>
 class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
  public:
@@ -245,7 +243,7 @@ class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
     });
   }
 
-  TileOp tile_op() const override { return tile_op_named(D::kName); }
+  TileOp tile_op() const override { return tile_op_of<D>(); }
 
   void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
                   int64_t n) const override {
@@ -298,7 +296,8 @@ concept DividesToFloat = requires {
 /// Base of an elementwise binary primitive D, which provides kName, kOpName, kTypes,
 /// `template <class T> static auto apply(T, T)`, and optionally
 /// `static std::pair<Array, Array> partials(x, y, out)` (d out/dx, d out/dy; an empty Array means 1),
-/// kOutBool, and kIntToFloat (integer inputs computed in float32, as true division).
+/// kOutBool, kIntToFloat (integer inputs computed in float32, as true division) and kTileOp (its
+/// register-tile form in compile's fused chains).
 template <class D>
 class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
  public:
@@ -345,7 +344,7 @@ class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
     });
   }
 
-  TileOp tile_op() const override { return tile_op_named(D::kName); }
+  TileOp tile_op() const override { return tile_op_of<D>(); }
 
   void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
                   int64_t n) const override {

@@ -241,6 +241,52 @@ void scatter_kernel(const T* x, const T* grad, T* out, const Plan& g) {
   });
 }
 
+// The common 2x2 window with stride 2 and no padding: windows tile the plane without overlap, so
+// the gradient writes each input position at most once (no accumulation). PyTorch's rule:
+// a later tap wins when greater or NaN. float32/float64 only (half types take the general path).
+bool is_pool2x2(const Plan& g, const PoolParams& p) {
+  return p.kernel == Pair{2, 2} && p.stride == Pair{2, 2} && p.padding == Pair{0, 0} &&
+         p.dilation == Pair{1, 1} && g.oh == g.h / 2 && g.ow == g.w / 2;
+}
+template <class T>
+inline int argmax4(const T* v) {
+  int best = 0;
+  T m = v[0];
+  for (int t = 1; t < 4; ++t) {
+    const bool take = v[t] > m || v[t] != v[t];
+    best = take ? t : best;
+    m = take ? v[t] : m;
+  }
+  return best;
+}
+// grad == nullptr: out = max of each window (the forward pass); else out (x's shape) = grad routed
+// to each window's maximum.
+template <class T>
+void pool2x2(const T* x, const T* grad, T* out, const Plan& g) {
+  const int64_t hw = g.h * g.w, ohw = g.oh * g.ow;
+  parallel_for(g.planes, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(hw, 1)),
+               [&](int64_t lo, int64_t hi) {
+                 for (int64_t n = lo; n < hi; ++n) {
+                   const T* xp = x + n * hw;
+                   if (grad) std::fill(out + n * hw, out + (n + 1) * hw, T(0));  // odd edges
+                   for (int64_t i = 0; i < g.oh; ++i) {
+                     const T* r0 = xp + 2 * i * g.w;
+                     const T* r1 = r0 + g.w;
+                     for (int64_t j = 0; j < g.ow; ++j) {
+                       const T v[4] = {r0[2 * j], r0[2 * j + 1], r1[2 * j], r1[2 * j + 1]};
+                       const int t = argmax4(v);
+                       if (!grad) {
+                         out[n * ohw + i * g.ow + j] = v[t];
+                         continue;
+                       }
+                       T* dst = out + n * hw + (2 * i + (t >> 1)) * g.w + 2 * j + (t & 1);
+                       *dst = grad[n * ohw + i * g.ow + j];
+                     }
+                   }
+                 }
+               });
+}
+
 Array gather_node(const Array& x, const Array* src, const PoolParams& p, Stream s);
 Array scatter_node(const Array& x, const Array& g, const PoolParams& p, Stream s);
 
@@ -272,6 +318,14 @@ class MaxPool2d final : public PrimitiveWithParams<MaxPool2d> {
     out[0].allocate();
     visit_dtype<kFloatTypes>(x.dtype(), "max_pool2d", [&](auto tag) {
       using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        const bool forward = mode_ == PoolMode::gather && !other.valid();
+        if ((forward || mode_ == PoolMode::scatter) && is_pool2x2(g, p_)) {
+          pool2x2<T>(x.strided_data<T>(), forward ? nullptr : other.strided_data<T>(),
+                     out[0].strided_data<T>(), g);
+          return;
+        }
+      }
       if (mode_ == PoolMode::gather)
         gather_kernel<T>(x.strided_data<T>(), other.valid() ? other.strided_data<T>() : nullptr,
                          out[0].strided_data<T>(), g);

@@ -11,8 +11,10 @@ namespace {
 
 // c ? x : y through bit masks: a data-dependent branch mispredicts on every other element of a
 // random mask (relu's where ran 25x slower than maximum), and GCC does not if-convert it itself.
+// The condition is read as bytes: GCC 12 has no vector type for bool loads and leaves such a
+// loop scalar (a bool is stored as one byte, 0 or 1).
 template <class T>
-inline T select(bool c, T x, T y) {
+inline T select(uint8_t c, T x, T y) {
   using U = std::conditional_t<
       sizeof(T) == 8, uint64_t,
       std::conditional_t<sizeof(T) == 4, uint32_t, std::conditional_t<sizeof(T) == 2, uint16_t, uint8_t>>>;
@@ -48,7 +50,7 @@ class Where final : public PrimitiveWithParams<Where>, public BlockKernel {
     const Strides sx = broadcast_strides(in[1].shape(), in[1].strides(), o.shape());
     const Strides sy = broadcast_strides(in[2].shape(), in[2].strides(), o.shape());
     const auto l = collapse<4>(o.shape(), {&o.strides(), &sc, &sx, &sy});
-    const bool* c = in[0].strided_data<bool>();
+    const auto* c = reinterpret_cast<const uint8_t*>(in[0].strided_data<bool>());
     visit_dtype<kAllTypes>(o.dtype(), "where", [&](auto t) {
       using T = typename decltype(t)::type;
       const T* x = in[1].strided_data<T>();
@@ -76,16 +78,20 @@ class Where final : public PrimitiveWithParams<Where>, public BlockKernel {
       else if (!(in[k].row_contiguous() && in[k].size() == n))
         return false;
     }
-    const bool* c = in[0].strided_data<bool>();
+    const auto* c = reinterpret_cast<const uint8_t*>(in[0].strided_data<bool>());
     visit_dtype<kAllTypes>(o.dtype(), "where", [&](auto t) {
       using T = typename decltype(t)::type;
       const T* x = in[1].strided_data<T>();
       const T* y = in[2].strided_data<T>();
       T* r = o.strided_data<T>();
       // One loop per scalar pattern, the pattern a compile-time constant in each.
+      // Pointers and scalar operands are copied into the task: read through the captured
+      // references, GCC reloads them on every element (the store might alias) and does not vectorize.
       auto run = [&](auto kC, auto kX, auto kY) {
-        parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) r[i] = select(c[kC ? 0 : i], x[kX ? 0 : i], y[kY ? 0 : i]);
+        parallel_for(n, kElementwiseGrain, [c, x, y, r, kC, kX, kY](int64_t b, int64_t e) {
+          const uint8_t c0 = c[0];
+          const T x0 = x[0], y0 = y[0];
+          for (int64_t i = b; i < e; ++i) r[i] = select(kC ? c0 : c[i], kX ? x0 : x[i], kY ? y0 : y[i]);
         });
       };
       with_constant(scalars & 1u, [&](auto kC) {
@@ -101,7 +107,7 @@ class Where final : public PrimitiveWithParams<Where>, public BlockKernel {
     const int64_t sc = block_step(scalars, 0), sx = block_step(scalars, 1), sy = block_step(scalars, 2);
     visit_dtype<kAllTypes>(in_dtype, "where", [&](auto t) {
       using T = typename decltype(t)::type;
-      const bool* c = static_cast<const bool*>(in[0]);
+      const auto* c = static_cast<const uint8_t*>(in[0]);
       const T* x = static_cast<const T*>(in[1]);
       const T* y = static_cast<const T*>(in[2]);
       T* o = static_cast<T*>(out);

@@ -43,6 +43,7 @@ T erfinv_value(T y) {
 struct Negative : UnaryOp<Negative> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Negative";
+  static constexpr TileOp kTileOp = TileOp::negative;
   static constexpr const char* kOpName = "negative";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
@@ -80,6 +81,7 @@ struct Sign : UnaryOp<Sign> {
 struct Exp : UnaryOp<Exp> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Exp";
+  static constexpr TileOp kTileOp = TileOp::exp;
   static constexpr const char* kOpName = "exp";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -203,6 +205,7 @@ struct Tan : UnaryOp<Tan> {
 struct Tanh : UnaryOp<Tanh> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Tanh";
+  static constexpr TileOp kTileOp = TileOp::tanh;
   static constexpr const char* kOpName = "tanh";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;

@@ -147,6 +147,28 @@ TEST(Conv2d, VjpMatchesFiniteDifferences) {
                   {random_array({2, 2, 9}, float64, 150), random_array({3, 2, 3}, float64, 151)});
 }
 
+// A batch larger than the pool's sample blocks (several samples per block, an uneven split):
+// each gradient equals the one built from single-sample convolutions, the weight's as their sum.
+TEST(Conv2d, BatchSplitIntoSampleBlocks) {
+  const ConvCase k{{19, 4, 6, 5}, {6, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2};
+  const Array x = random_array(k.x, float64, 160), w = random_array(k.w, float64, 161);
+  const Array gy = random_array({19, 6, 6, 5}, float64, 162);
+  const auto f = [k](const std::vector<Array>& in) { return std::vector<Array>{run(k, in[0], in[1])}; };
+  const auto [y, g] = vjp(f, {x, w}, {gy});
+  Shape shape;
+  expect_close(y[0], ref_conv2d(values(x), values(w), k, &shape), 1e-12, 1e-12);
+  Array dw_sum;
+  std::vector<Array> dx_parts;
+  for (int64_t n = 0; n < 19; ++n) {
+    const Array xn = slice(x, {Slice{n, n + 1}}), gyn = slice(gy, {Slice{n, n + 1}});
+    const auto [yn, gn] = vjp(f, {xn, w}, {gyn});
+    dx_parts.push_back(gn[0]);
+    dw_sum = dw_sum.valid() ? dw_sum + gn[1] : gn[1];
+  }
+  expect_close(g[0], values(concatenate(dx_parts, 0)), 1e-12, 1e-12);
+  expect_close(g[1], values(dw_sum), 1e-12, 1e-12);
+}
+
 TEST(Conv2d, SecondOrder) {
   const ConvCase cases[] = {
       {{1, 2, 5, 5}, {2, 2, 3, 3}, {2, 1}, {1, 1}},

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/core/ops/elementwise_impl.h"
 #include "support/op_test.h"
 
 namespace kiln {
@@ -89,6 +90,29 @@ TEST(FusionTiles, NanAndInfinitiesPassThroughTiles) {
   EXPECT_TRUE(std::isnan(g[70]));  // inf / inf
   EXPECT_EQ(g[200], -2.0f);
   EXPECT_EQ(g[201], inf);
+}
+
+// The fused chain asks each member's primitive for its tile op (no list of names): the seven ops
+// with a register-tile form state it, the others report none and run as block loops.
+TEST(FusionTiles, PrimitivesStateTheirTileOps) {
+  using detail::TileOp;
+  const Array x = random_array({6}, float32, 17, -2, 2), y = random_array({6}, float32, 18, 0.5, 2);
+  auto tile_op_of = [](const Array& a) {
+    EXPECT_TRUE(a.has_primitive());
+    const auto* kernel = dynamic_cast<const detail::BlockKernel*>(a.primitive().get());
+    EXPECT_NE(kernel, nullptr) << a.primitive()->name();
+    return kernel ? kernel->tile_op() : TileOp::none;
+  };
+  EXPECT_EQ(tile_op_of(add(x, y)), TileOp::add);
+  EXPECT_EQ(tile_op_of(subtract(x, y)), TileOp::subtract);
+  EXPECT_EQ(tile_op_of(multiply(x, y)), TileOp::multiply);
+  EXPECT_EQ(tile_op_of(divide(x, y)), TileOp::divide);
+  EXPECT_EQ(tile_op_of(negative(x)), TileOp::negative);
+  EXPECT_EQ(tile_op_of(exp(x)), TileOp::exp);
+  EXPECT_EQ(tile_op_of(tanh(x)), TileOp::tanh);
+  EXPECT_EQ(tile_op_of(sqrt(y)), TileOp::none);
+  EXPECT_EQ(tile_op_of(maximum(x, y)), TileOp::none);
+  EXPECT_EQ(tile_op_of(power(y, x)), TileOp::none);
 }
 
 }  // namespace

@@ -163,6 +163,30 @@ TEST(MaxPool2d, TiesAndNaNAsPyTorch) {
   expect_close(gm[0], Vec{1, 0, 0, 0}, 0, 0);
 }
 
+// float32/float64 tiling 2x2 windows (stride 2, LeNet's) take a dedicated loop; float16 takes the
+// general one. On values every dtype holds exactly (small integers with many ties, NaN, +-inf, odd
+// sizes that leave an edge unread) both give the same outputs and gradients.
+TEST(MaxPool2d, Tiling2x2LoopAgreesWithGeneralPath) {
+  for (const Shape& shape : {Shape{2, 3, 7, 9}, Shape{1, 2, 8, 6}}) {
+    Vec v = values(random_array(shape, float64, 60, -3, 3));
+    for (double& e : v) e = std::round(e);
+    for (size_t i = 0; i < v.size(); i += 7) v[i] = i % 3 == 0 ? kNan : (i % 3 == 1 ? kInf : -kInf);
+    const Shape out{shape[0], shape[1], shape[2] / 2, shape[3] / 2};
+    Vec u = values(random_array(out, float64, 61, -4, 4));
+    for (double& e : u) e = std::round(e);
+    const auto pool = [](const std::vector<Array>& a) {
+      return std::vector<Array>{max_pool2d(a[0], {2, 2}, {2, 2})};
+    };
+    auto [y16, g16] = vjp(pool, {Array(v, shape, float16)}, {Array(u, out, float16)});
+    for (Dtype t : {float32, float64}) {
+      SCOPED_TRACE(dtype_name(t));
+      auto [y, g] = vjp(pool, {Array(v, shape, t)}, {Array(u, out, t)});
+      expect_close(y[0], values(y16[0]), 0, 0);
+      expect_close(g[0], values(g16[0]), 0, 0);
+    }
+  }
+}
+
 // The gradient of the pooled input: g[argmax of each window] += u.
 TEST(MaxPool2d, GradientRoutesToTheArgmaxInEveryDtype) {
   uint64_t seed = 60;

@@ -19,32 +19,14 @@
 #include "kiln/nn/value_and_grad.h"
 #include "kiln/optim/adam.h"
 #include "kiln/optim/schedules.h"
+#include "support/temp_dir.h"
 
 namespace kiln::io {
 namespace {
 
 namespace fs = std::filesystem;
+using test::TempDir;
 using Bytes = std::vector<unsigned char>;
-
-// A fresh folder per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            fmt::format("kiln_checkpoint_{}_{}_{}", ::getpid(), info->test_suite_name(), info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
 
 Bytes bytes_of(const Array& a) {
   a.eval();

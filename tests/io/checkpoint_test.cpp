@@ -21,39 +21,14 @@
 #include "kiln/core/ops/binary.h"
 #include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/shape.h"
+#include "support/temp_dir.h"
 
 namespace kiln::io {
 namespace {
 
 namespace fs = std::filesystem;
+using test::TempDir;
 using Bytes = std::vector<unsigned char>;
-
-// A fresh folder per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            fmt::format("kiln_checkpoint_{}_{}_{}", ::getpid(), info->test_suite_name(), info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-  const fs::path& path() const { return path_; }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path path_;
-};
 
 Bytes read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -17,11 +17,6 @@
 
 namespace kiln::test {
 
-inline void expect_mentions(const std::string& msg, const std::vector<std::string>& parts) {
-  for (const std::string& p : parts)
-    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-}
-
 inline std::string read_bytes(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), {});

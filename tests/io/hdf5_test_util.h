@@ -1,16 +1,12 @@
 #pragma once
-// Shared by the HDF5 weight tests: a temporary folder per test, arrays built from raw bytes, and
-// running the system Python (the interpreter with h5py and torch) on a helper script.
-#include <fmt/format.h>
+// Shared by the HDF5 weight tests: arrays built from raw bytes, comparisons of trees and outputs,
+// error messages; with the temporary folders and the Python runner of tests/support.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -18,76 +14,13 @@
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/random.h"
 #include "kiln/nn/param_tree.h"
+#include "support/error_of.h"
+#include "support/python_runner.h"
+#include "support/temp_dir.h"
 
 namespace kiln::test {
 
 namespace fs = std::filesystem;
-
-// The interpreter Debian's python3-h5py is installed for (a pyenv python3 on PATH may lack it).
-inline constexpr const char* kPython = "/usr/bin/python3";
-
-/// The repository root, from this header's path (tests/io/hdf5_test_util.h).
-// From CMake, not __FILE__: with CCACHE_BASEDIR (the Makefile sets it) __FILE__ is relative to the
-// build folder, not to where the test runs.
-inline fs::path repo_root() { return fs::path(KILN_SOURCE_DIR); }
-
-/// A fresh folder per test, removed afterwards.
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag) {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = fmt::format("kiln_{}_{}", tag, ::getpid());
-    if (info != nullptr) name += fmt::format("_{}_{}", info->test_suite_name(), info->name());
-    std::replace(name.begin(), name.end(), '/', '_');
-    path_ = fs::temp_directory_path() / name;
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path file(const std::string& name) const { return path_ / name; }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-inline std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'')
-      out.append("'\\''");
-    else
-      out.push_back(c);
-  }
-  out.push_back('\'');
-  return out;
-}
-
-/// "" when the system Python can import every module of `imports` ("h5py, numpy"), else why not.
-inline std::string python_missing(const std::string& imports) {
-  if (!fs::exists(kPython)) return fmt::format("{} does not exist", kPython);
-  const std::string cmd = fmt::format("{} -c {} > /dev/null 2>&1", kPython, quote("import " + imports));
-  if (std::system(cmd.c_str()) != 0) return fmt::format("{} cannot import {}", kPython, imports);
-  return "";
-}
-
-/// Runs `kPython args...`; returns "" on success, else the exit status and the output.
-inline std::string run_python(const std::vector<std::string>& args, const fs::path& log) {
-  std::string cmd = kPython;
-  for (const std::string& a : args) cmd.append(" ").append(quote(a));
-  cmd.append(" > ").append(quote(log.string())).append(" 2>&1");
-  const int status = std::system(cmd.c_str());
-  if (status == 0) return "";
-  std::ifstream in(log);
-  std::string out = fmt::format("python exited with status {}:\n", status);
-  out.append(std::istreambuf_iterator<char>(in), {});
-  return out;
-}
 
 /// The row-major bytes of an array (evaluated).
 inline std::vector<uint8_t> bytes_of(const Array& a) {
@@ -134,19 +67,25 @@ inline ::testing::AssertionResult trees_identical(const nn::ParamTree& a, const 
   return ::testing::AssertionSuccess();
 }
 
-/// The message of the exception `f` throws as E; fails the test when it throws nothing or another type.
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw another type: " << e.what();
-    return {};
+/// max |got - want| / max |want|, after checking the shapes agree. Relative to the largest output
+/// rather than elementwise: an output near zero has a huge elementwise relative error from rounding
+/// alone, while float32 rounding in a sum of n terms is bounded by about n * 2^-24 times the
+/// magnitudes involved.
+inline double relative_error(const Array& got, const Array& want) {
+  const auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  EXPECT_EQ(got.shape(), want.shape());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < std::min(g.size(), w.size()); ++i) {
+    diff = std::max(diff, std::abs(g[i] - w[i]));
+    scale = std::max(scale, std::abs(w[i]));
   }
-  ADD_FAILURE() << "did not throw";
-  return {};
+  return scale > 0 ? diff / scale : diff;
+}
+
+/// EXPECTs that `msg` holds every one of `parts`.
+inline void expect_mentions(const std::string& msg, const std::vector<std::string>& parts) {
+  for (const std::string& p : parts)
+    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
 }
 
 }  // namespace kiln::test

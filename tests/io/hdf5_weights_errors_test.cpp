@@ -16,14 +16,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::error_of;
+using test::expect_mentions;
 using test::random_bits;
 using test::TempDir;
 using test::trees_identical;
-
-void expect_mentions(const std::string& msg, const std::vector<std::string>& parts) {
-  for (const std::string& p : parts)
-    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-}
 
 struct Net : nn::Module {
   nn::ModuleInfo<nn::Linear> fc1{this, "fc1", 3, 2};
@@ -122,34 +118,10 @@ TEST(Hdf5WeightsErrors, MismatchedWeightsNameFileAndKeys) {
 }
 
 // Malformed or unsupported files, written by h5py (the tests do not link libhdf5 themselves).
-class Hdf5BadFiles : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (auto why = test::python_missing("h5py, numpy"); !why.empty()) {
-      skip_reason_ = new std::string(why);
-      return;
-    }
-    dir_ = new TempDir("hdf5bad");
-    const fs::path script = test::repo_root() / "tests" / "io" / "hdf5_bad_files.py";
-    error_ =
-        new std::string(test::run_python({script.string(), dir_->path().string()}, dir_->file("log.txt")));
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    delete error_;
-    delete skip_reason_;
-    dir_ = nullptr;
-    error_ = skip_reason_ = nullptr;
-  }
-  void SetUp() override {
-    if (skip_reason_) GTEST_SKIP() << *skip_reason_;
-    ASSERT_EQ(*error_, "");
-  }
-  static fs::path file(const std::string& name) { return dir_->file(name); }
-
-  static inline TempDir* dir_ = nullptr;
-  static inline std::string* error_ = nullptr;
-  static inline std::string* skip_reason_ = nullptr;
+class Hdf5BadFiles : public test::PythonFilesTest<Hdf5BadFiles> {
+ public:
+  static constexpr test::PythonFiles kFiles{
+      .imports = "h5py, numpy", .script = "tests/io/hdf5_bad_files.py", .tag = "hdf5bad"};
 };
 
 TEST_F(Hdf5BadFiles, VersionIsCheckedFirst) {

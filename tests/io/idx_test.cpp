@@ -18,34 +18,14 @@
 #include <vector>
 
 #include "kiln/io/datasets.h"
+#include "support/temp_dir.h"
 
 namespace kiln::io {
 namespace {
 
 namespace fs = std::filesystem;
+using test::TempDir;
 using Bytes = std::vector<uint8_t>;
-
-// A fresh folder per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = fmt::format("kiln_idx_{}_{}_{}", ::getpid(), info->test_suite_name(), info->name());
-    std::replace(name.begin(), name.end(), '/', '_');  // parameterized names hold '/'
-    path_ = fs::temp_directory_path() / name;
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 void write_plain(const std::string& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary);

@@ -22,6 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::error_of;
+using test::expect_mentions;
+using test::relative_error;
 
 struct KerasNet : nn::Module {
   nn::ModuleInfo<nn::Linear> fc1{this, "fc1", 6, 4};
@@ -37,44 +39,12 @@ const KerasNameMap kMap = {{"dense", "fc1"},
                            {"batch_normalization", "bn"},
                            {"dense_1", "fc2"}};
 
-// max |got - want| / max |want|: relative to the largest output, so outputs near zero (where an
-// elementwise relative error is meaningless) are held to the same absolute accuracy as the rest.
-double relative_error(const Array& got, const Array& want) {
-  const auto g = got.to_vector<double>(), w = want.to_vector<double>();
-  EXPECT_EQ(g.size(), w.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < std::min(g.size(), w.size()); ++i) {
-    diff = std::max(diff, std::abs(g[i] - w[i]));
-    scale = std::max(scale, std::abs(w[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
+class KerasWeights : public test::PythonFilesTest<KerasWeights> {
+ public:
+  static constexpr test::PythonFiles kFiles{
+      .imports = "h5py, numpy", .script = "tests/io/keras_files.py", .tag = "keras"};
 
-class KerasWeights : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (auto why = test::python_missing("h5py, numpy"); !why.empty()) {
-      skip_reason_ = new std::string(why);
-      return;
-    }
-    dir_ = new test::TempDir("keras");
-    const fs::path script = test::repo_root() / "tests" / "io" / "keras_files.py";
-    error_ =
-        new std::string(test::run_python({script.string(), dir_->path().string()}, dir_->file("log.txt")));
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    delete error_;
-    delete skip_reason_;
-    dir_ = nullptr;
-    error_ = skip_reason_ = nullptr;
-  }
-  void SetUp() override {
-    if (skip_reason_) GTEST_SKIP() << *skip_reason_;
-    ASSERT_EQ(*error_, "");
-  }
-  static fs::path file(const std::string& name) { return dir_->file(name); }
-
   // Loads `name` through kMap into a KerasNet and compares every layer with Keras' outputs.
   static void expect_keras_outputs(const std::string& name) {
     SCOPED_TRACE(name);
@@ -91,10 +61,6 @@ class KerasWeights : public ::testing::Test {
     EXPECT_LT(relative_error(net.bn(ref.at("bn.x")), ref.at("bn.y")), 1e-5);
     EXPECT_EQ(net.bn->num_batches_tracked.value().item<int64_t>(), 0);
   }
-
-  static inline test::TempDir* dir_ = nullptr;
-  static inline std::string* error_ = nullptr;
-  static inline std::string* skip_reason_ = nullptr;
 };
 
 TEST_F(KerasWeights, LegacyH5MatchesKerasMath) { expect_keras_outputs("legacy.h5"); }
@@ -160,26 +126,25 @@ TEST_F(KerasWeights, AdaptersOffKeepTheFilesNamesAndLayouts) {
 }
 
 TEST_F(KerasWeights, ErrorsNameTheFileAndWhatIsWrong) {
-  auto mentions = [](const std::string& msg, const std::vector<std::string>& parts) {
-    for (const std::string& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  };
   const std::string legacy = file("legacy.h5").string();
-  mentions(error_of<KeyError>([&] { load_keras_weights(legacy, {{"dense_9", "fc"}}); }), {legacy, "dense_9"});
-  mentions(error_of<KeyError>([&] {
-             load_keras_weights(legacy, {{"dense", "fc"}, {"dense_1", "fc"}});
-           }),
-           {legacy, "dense/dense/kernel:0", "dense_1/dense_1/kernel:0", "fc.weight"});
-  mentions(error_of<FormatError>([&] { load_keras_weights(file("bn3.weights.h5")); }),
-           {file("bn3.weights.h5").string(), "batch_normalization", "3 variables"});
-  mentions(error_of<FormatError>([&] { load_keras_weights(file("missing_group.h5")); }),
-           {file("missing_group.h5").string(), "ghost"});
-  mentions(error_of<FormatError>([&] { load_keras_weights(file("missing_weight.h5")); }),
-           {file("missing_weight.h5").string(), "dense/bias:0"});
-  mentions(error_of<FormatError>([&] { load_keras_weights(file("keras_ref.h5")); }),
-           {file("keras_ref.h5").string(), "not a Keras weights file"});
-  mentions(error_of<RuntimeError>([&] { load_keras_weights(file("absent.h5")); }),
-           {file("absent.h5").string()});
+  expect_mentions(error_of<KeyError>([&] {
+                    load_keras_weights(legacy, {{"dense_9", "fc"}});
+                  }),
+                  {legacy, "dense_9"});
+  expect_mentions(error_of<KeyError>([&] {
+                    load_keras_weights(legacy, {{"dense", "fc"}, {"dense_1", "fc"}});
+                  }),
+                  {legacy, "dense/dense/kernel:0", "dense_1/dense_1/kernel:0", "fc.weight"});
+  expect_mentions(error_of<FormatError>([&] { load_keras_weights(file("bn3.weights.h5")); }),
+                  {file("bn3.weights.h5").string(), "batch_normalization", "3 variables"});
+  expect_mentions(error_of<FormatError>([&] { load_keras_weights(file("missing_group.h5")); }),
+                  {file("missing_group.h5").string(), "ghost"});
+  expect_mentions(error_of<FormatError>([&] { load_keras_weights(file("missing_weight.h5")); }),
+                  {file("missing_weight.h5").string(), "dense/bias:0"});
+  expect_mentions(error_of<FormatError>([&] { load_keras_weights(file("keras_ref.h5")); }),
+                  {file("keras_ref.h5").string(), "not a Keras weights file"});
+  expect_mentions(error_of<RuntimeError>([&] { load_keras_weights(file("absent.h5")); }),
+                  {file("absent.h5").string()});
 
   // A tree that does not fit the model is refused by update, and the model is unchanged.
   KerasNet net;

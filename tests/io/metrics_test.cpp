@@ -4,6 +4,8 @@
 #include "kiln/io/metrics.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,39 +21,15 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/random.h"
+#include "support/temp_dir.h"
 
 namespace kiln::io {
 namespace {
 
 namespace fs = std::filesystem;
+using test::TempDir;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// A fresh folder per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            fmt::format("kiln_metrics_{}_{}_{}", ::getpid(), info->test_suite_name(), info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path path_;
-};
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -431,10 +409,17 @@ TEST(WriteTextFileAtomically, WritesReplacesAndKeepsTheOldFileOnError) {
   write_text_file_atomically(path, "");
   EXPECT_EQ(read_file(path), "");
   write_text_file_atomically(path, "kept");
-  // A folder where the temporary file would go makes the write fail before `path` is touched.
-  fs::create_directory(path + ".tmp");
+  // A file size limit the new text passes makes the write fail (EFBIG) before `path` is touched.
+  const auto old_handler = ::signal(SIGXFSZ, SIG_IGN);  // so write() fails instead of killing us
+  rlimit old_limit{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  rlimit small = old_limit;
+  small.rlim_cur = 2;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
   expect_write_fails([](const std::string& p) { write_text_file_atomically(p, "new"); }, path, dir,
-                     {"out.txt", "out.txt.tmp"});
+                     {"out.txt"});
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  ::signal(SIGXFSZ, old_handler);
   EXPECT_EQ(read_file(path), "kept");
   EXPECT_THROW(write_text_file_atomically("", "x"), ValueError);
 }

@@ -20,6 +20,7 @@ namespace kiln::io {
 namespace {
 
 namespace fs = std::filesystem;
+using test::relative_error;
 
 // The kiln twin of torch_export_models.py's Encoder.
 struct Encoder : nn::Module {
@@ -37,52 +38,19 @@ struct Encoder : nn::Module {
   }
 };
 
-// max |kiln - torch| / max |torch|. Relative to the largest output rather than elementwise: an
-// output near zero has a huge elementwise relative error from rounding alone, while float32
-// rounding in a sum of n terms is bounded by about n * 2^-24 times the magnitudes involved.
-double relative_error(const Array& got, const Array& want) {
-  const auto g = got.to_vector<double>(), w = want.to_vector<double>();
-  EXPECT_EQ(got.shape(), want.shape());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < std::min(g.size(), w.size()); ++i) {
-    diff = std::max(diff, std::abs(g[i] - w[i]));
-    scale = std::max(scale, std::abs(w[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
+class TorchExport : public test::PythonFilesTest<TorchExport> {
+ public:
+  static constexpr test::PythonFiles kFiles{
+      .imports = "torch, h5py, numpy", .script = "tests/io/torch_export_models.py", .tag = "torch_export"};
 
-class TorchExport : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (auto why = test::python_missing("torch, h5py, numpy"); !why.empty()) {
-      skip_reason_ = new std::string(why);
-      return;
-    }
-    dir_ = new test::TempDir("torch_export");
-    const fs::path script = test::repo_root() / "tests" / "io" / "torch_export_models.py";
-    error_ =
-        new std::string(test::run_python({script.string(), dir_->path().string()}, dir_->file("log.txt")));
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    delete error_;
-    delete skip_reason_;
-    dir_ = nullptr;
-    error_ = skip_reason_ = nullptr;
-  }
   void SetUp() override {
-    if (skip_reason_) GTEST_SKIP() << *skip_reason_;
-    ASSERT_EQ(*error_, "");
-    io_ = load_weights(dir_->file("io.h5"));
+    if (set_up_files()) io_ = load_weights(file("io.h5"));
   }
-  static fs::path file(const std::string& name) { return dir_->file(name); }
   const Array& x(const std::string& model) const { return io_.at(model + ".x"); }
   const Array& y(const std::string& model) const { return io_.at(model + ".y"); }
 
   nn::ParamTree io_;
-  static inline test::TempDir* dir_ = nullptr;
-  static inline std::string* error_ = nullptr;
-  static inline std::string* skip_reason_ = nullptr;
 };
 
 TEST_F(TorchExport, MlpMatchesPyTorch) {
