@@ -318,19 +318,31 @@ int run(const CLI::App& app, Settings s) {
     io::ProgressBar progress(stop - opt.step());
     double sum = 0;
     const int64_t first = opt.step();
+    // Overlapped: step n is scheduled (nn::async_eval) and step n + 1 is built while it runs; a
+    // step's loss is read one step later.
+    struct Done {
+      Array loss;
+      int64_t size, step;
+    };
+    std::optional<Done> pending;
+    const auto account = [&](const Done& d) {
+      const double value = d.loss.item<float>();
+      if (!std::isfinite(value))
+        throw kiln::RuntimeError::of(kProgram, "training diverged", "loss {} at step {}: try a lower --lr",
+                                     value, d.step);
+      sum += value;
+      progress.step(d.size, value);
+    };
     while (opt.step() < stop) {
       const io::Batch batch = loader.next();
       auto [loss, grads] = loss_and_grads(batch[0], batch[1]);
       opt.update(model, optim::clip_grad_norm(grads, s.clip).grads);
       const auto params = model.parameters();
-      nn::eval({&params, &opt.state()});
-      const double value = loss.item<float>();
-      if (!std::isfinite(value))
-        throw kiln::RuntimeError::of(kProgram, "training diverged", "loss {} at step {}: try a lower --lr",
-                                     value, opt.step());
-      sum += value;
-      progress.step(batch.size(), value);
+      nn::async_eval({&params, &opt.state()}, {loss});
+      if (pending) account(*pending);
+      pending = Done{loss, batch.size(), opt.step()};
     }
+    if (pending) account(*pending);
     progress.finish();
     train_loss = sum / static_cast<double>(stop - first);
     if (due(s.eval_every) || opt.step() == s.steps) {

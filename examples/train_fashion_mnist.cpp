@@ -47,6 +47,7 @@ struct Settings {
   int64_t log_every = 50;
   std::string out = "fashion_mnist_run";
   bool bench = false;
+  bool sync = false;  // no overlap of step n + 1's preparation with step n
 };
 
 // uint8 images -> float32, normalized; runs on the loader's prefetch thread, off the training path.
@@ -136,27 +137,45 @@ int train(Model& model, const io::Mnist& train_set, const io::Mnist& test_set, c
     double interval_loss = 0;
     int64_t interval_steps = 0;
     double step_lr = 0;  // the learning rate of the last step, logged with its row
-    for (const auto& batch : loader.epoch(e)) {
-      step_lr = opt.learning_rate();
-      auto [loss, grads] = step(batch[0], batch[1]);
-      opt.update(model, grads);
-      const auto params = model.parameters();
-      nn::eval({&params, &opt.state()});
-      const double loss_value = loss.template item<float>();
-      if (progress) progress->step(batch.size(), loss_value);
+    // The overlapped loop: step n is scheduled (nn::async_eval) and the loop goes on to load and
+    // build step n + 1 while it runs; step n's loss is read (and logged) one step later, when it is
+    // done or nearly. --sync evaluates each step before building the next, for comparison.
+    struct Done {
+      Array loss;
+      int64_t index, size;
+      double lr;
+    };
+    std::optional<Done> pending;
+    const auto account = [&](const Done& d) {
+      const double loss_value = d.loss.template item<float>();
+      if (progress) progress->step(d.size, loss_value);
       ++global_step, ++interval_steps;
       interval_loss += loss_value;
+      step_lr = d.lr;
       // Every log_every steps a row of the mean training loss since the last row; the epoch's last
       // row is written below, with the test metrics.
-      if (global_step % s.log_every == 0 && batch.index + 1 < steps_per_epoch) {
-        log.log({{"epoch", e + static_cast<double>(batch.index + 1) / static_cast<double>(steps_per_epoch)},
+      if (global_step % s.log_every == 0 && d.index + 1 < steps_per_epoch) {
+        log.log({{"epoch", e + static_cast<double>(d.index + 1) / static_cast<double>(steps_per_epoch)},
                  {"step", static_cast<double>(global_step)},
                  {"lr", step_lr},
                  {"train_loss", interval_loss / static_cast<double>(interval_steps)},
                  {"seconds", seconds_since(start)}});
         interval_loss = 0, interval_steps = 0;
       }
+    };
+    for (const auto& batch : loader.epoch(e)) {
+      const double lr_now = opt.learning_rate();
+      auto [loss, grads] = step(batch[0], batch[1]);
+      opt.update(model, grads);
+      const auto params = model.parameters();
+      if (s.sync)
+        nn::eval({&params, &opt.state()});
+      else
+        nn::async_eval({&params, &opt.state()}, {loss});
+      if (pending) account(*pending);
+      pending = Done{loss, batch.index, batch.size(), lr_now};
     }
+    if (pending) account(*pending);
     const double epoch_seconds = seconds_since(epoch_start);
     if (progress) progress->finish();
     if (s.bench) {
@@ -224,6 +243,8 @@ int main(int argc, char** argv) {
          "folder for metrics.csv and plot.svg (written after every epoch) and weights.h5 (at the end); "
          "\"\": none")
       ->capture_default_str();
+  app.add_flag("--sync", s.sync,
+               "evaluate each step before building the next (no overlap; to compare with the default)");
   app.add_flag(
       "--bench", s.bench,
       "time training only: print \"epoch_seconds <epoch> <s>\" per epoch; no evaluation, progress or files");

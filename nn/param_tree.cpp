@@ -81,12 +81,22 @@ ParamTree ParamTree::map(const std::function<Array(const std::string&, const Arr
 
 void eval(const ParamTree& tree) { eval(std::vector<const ParamTree*>{&tree}); }
 
-void eval(const std::vector<const ParamTree*>& trees) {
+namespace {
+std::vector<Array> arrays_of(const std::vector<const ParamTree*>& trees, const std::vector<Array>& extra) {
   std::vector<Array> all;
   for (const ParamTree* t : trees)
     for (const auto& [key, a] : *t)
       if (a.valid()) all.push_back(a);
-  kiln::eval(all);
+  for (const Array& a : extra)
+    if (a.valid()) all.push_back(a);
+  return all;
+}
+}  // namespace
+
+void eval(const std::vector<const ParamTree*>& trees) { kiln::eval(arrays_of(trees, {})); }
+
+void async_eval(const std::vector<const ParamTree*>& trees, const std::vector<Array>& extra) {
+  kiln::async_eval(arrays_of(trees, extra));
 }
 
 int64_t num_elements(const ParamTree& tree) {

@@ -51,6 +51,9 @@ class ParamTree {
 /// Evaluates every array of the trees together (one graph walk).
 void eval(const ParamTree& tree);
 void eval(const std::vector<const ParamTree*>& trees);
+/// Schedules the evaluation of every array of the trees, and of `extra` (e.g. the loss), with
+/// kiln::async_eval and returns at once: the training loop builds step n + 1 while step n runs.
+void async_eval(const std::vector<const ParamTree*>& trees, const std::vector<Array>& extra = {});
 
 /// The sum of the element counts of a tree's arrays.
 int64_t num_elements(const ParamTree& tree);

@@ -54,6 +54,38 @@ TEST(TrainEndToEnd, MlpLearnsSpiralsToNinetyFivePercent) {
   EXPECT_GE(accuracy(model(test_x), test_y), 0.95);
 }
 
+// The overlapped loop (nn::async_eval: step n + 1 is built while step n runs) gives the
+// synchronous loop's losses and parameters bit for bit.
+TEST(TrainEndToEnd, AsynchronousLoopEqualsSynchronousLoop) {
+  const auto [x, y] = spirals(512, 5);
+  auto run = [&x, &y](bool async) {
+    random::seed(7);
+    models::Mlp model({.in_features = 2, .hidden = {32, 32}, .out_features = 3});
+    optim::Adam opt({.lr = 1e-2});
+    auto step = nn::value_and_grad(
+        model, [&](const Array& in, const Array& t) { return nn::cross_entropy(model(in), t); });
+    std::vector<Array> losses;
+    for (int i = 0; i < 40; ++i) {
+      auto [loss, grads] = step(x, y);
+      opt.update(model, grads);
+      const auto params = model.parameters();
+      if (async)
+        nn::async_eval({&params, &opt.state()}, {loss});
+      else
+        nn::eval({&params, &opt.state()});
+      losses.push_back(loss);
+    }
+    std::vector<float> out;
+    for (const Array& l : losses) out.push_back(l.item<float>());
+    for (const auto& [key, p] : model.parameters())
+      for (float v : p.to_vector<float>()) out.push_back(v);
+    return out;
+  };
+  const std::vector<float> sync = run(false), async = run(true);
+  ASSERT_EQ(sync.size(), async.size());
+  for (size_t i = 0; i < sync.size(); ++i) ASSERT_EQ(sync[i], async[i]) << "value " << i;
+}
+
 // 12x12 images, each a bar (horizontal, vertical or diagonal: the class) at a random place, plus
 // noise.
 std::pair<Array, Array> bars(int64_t n, uint64_t seed) {
