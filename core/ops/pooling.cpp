@@ -10,6 +10,8 @@
 #include "kiln/core/ops/pooling.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <limits>
 #include <ostream>
 #include <vector>
@@ -248,19 +250,46 @@ bool is_pool2x2(const Plan& g, const PoolParams& p) {
   return p.kernel == Pair{2, 2} && p.stride == Pair{2, 2} && p.padding == Pair{0, 0} &&
          p.dilation == Pair{1, 1} && g.oh == g.h / 2 && g.ow == g.w / 2;
 }
+// Row loops over the windows of two input rows, written with bit masks so that GCC vectorizes them
+// across windows (a per-window select chain, or a branch on a coin-flip comparison, ran the
+// windows one by one and was a quarter of a CNN's training step).
 template <class T>
-inline int argmax4(const T* v) {
-  int best = 0;
-  T m = v[0];
-  for (int t = 1; t < 4; ++t) {
-    const bool take = v[t] > m || v[t] != v[t];
-    best = take ? t : best;
-    m = take ? v[t] : m;
+using Bits = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
+template <class T>
+inline Bits<T> later_wins(T v, T m) {  // all ones where a later tap replaces the maximum m
+  return static_cast<Bits<T>>(-static_cast<Bits<T>>((v > m) | (v != v)));
+}
+template <class T>
+inline T pick(Bits<T> mask, T a, T b) {  // mask ? a : b
+  return std::bit_cast<T>((std::bit_cast<Bits<T>>(a) & mask) | (std::bit_cast<Bits<T>>(b) & ~mask));
+}
+template <class T>
+void pool2x2_row_max(const T* r0, const T* r1, T* out, int64_t ow) {
+  for (int64_t j = 0; j < ow; ++j) {
+    const T a = r0[2 * j], b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];
+    const T m1 = pick(later_wins(b, a), b, a);
+    const T m2 = pick(later_wins(c, m1), c, m1);
+    out[j] = pick(later_wins(d, m2), d, m2);
   }
-  return best;
+}
+// g[j] to the maximum of window j (taps a b / c d), 0 to its other three taps.
+template <class T>
+void pool2x2_row_grad(const T* r0, const T* r1, const T* g, T* d0, T* d1, int64_t ow) {
+  for (int64_t j = 0; j < ow; ++j) {
+    const T a = r0[2 * j], b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];
+    const Bits<T> tb = later_wins(b, a);
+    const T m1 = pick(tb, b, a);
+    const Bits<T> tc = later_wins(c, m1);
+    const Bits<T> td = later_wins(d, pick(tc, c, m1));
+    const Bits<T> gv = std::bit_cast<Bits<T>>(g[j]);
+    d1[2 * j + 1] = std::bit_cast<T>(gv & td);
+    d1[2 * j] = std::bit_cast<T>(gv & ~td & tc);
+    d0[2 * j + 1] = std::bit_cast<T>(gv & ~td & ~tc & tb);
+    d0[2 * j] = std::bit_cast<T>(gv & ~td & ~tc & ~tb);
+  }
 }
 // grad == nullptr: out = max of each window (the forward pass); else out (x's shape) = grad routed
-// to each window's maximum.
+// to each window's maximum, 0 elsewhere (an odd last row or column is in no window).
 template <class T>
 void pool2x2(const T* x, const T* grad, T* out, const Plan& g) {
   const int64_t hw = g.h * g.w, ohw = g.oh * g.ow;
@@ -268,21 +297,17 @@ void pool2x2(const T* x, const T* grad, T* out, const Plan& g) {
                [&](int64_t lo, int64_t hi) {
                  for (int64_t n = lo; n < hi; ++n) {
                    const T* xp = x + n * hw;
-                   if (grad) std::fill(out + n * hw, out + (n + 1) * hw, T(0));  // odd edges
                    for (int64_t i = 0; i < g.oh; ++i) {
                      const T* r0 = xp + 2 * i * g.w;
-                     const T* r1 = r0 + g.w;
-                     for (int64_t j = 0; j < g.ow; ++j) {
-                       const T v[4] = {r0[2 * j], r0[2 * j + 1], r1[2 * j], r1[2 * j + 1]};
-                       const int t = argmax4(v);
-                       if (!grad) {
-                         out[n * ohw + i * g.ow + j] = v[t];
-                         continue;
-                       }
-                       T* dst = out + n * hw + (2 * i + (t >> 1)) * g.w + 2 * j + (t & 1);
-                       *dst = grad[n * ohw + i * g.ow + j];
+                     if (!grad) {
+                       pool2x2_row_max(r0, r0 + g.w, out + n * ohw + i * g.ow, g.ow);
+                       continue;
                      }
+                     T* d0 = out + n * hw + 2 * i * g.w;
+                     pool2x2_row_grad(r0, r0 + g.w, grad + n * ohw + i * g.ow, d0, d0 + g.w, g.ow);
+                     if (g.w % 2 != 0) d0[g.w - 1] = d0[2 * g.w - 1] = T(0);
                    }
+                   if (grad && g.h % 2 != 0) std::fill(out + (n + 1) * hw - g.w, out + (n + 1) * hw, T(0));
                  }
                });
 }
