@@ -5,6 +5,7 @@
 
 #include "kiln/core/cpu/copy.h"
 #include "kiln/core/cpu/parallel.h"
+#include "kiln/core/cpu/simd.h"
 #include "kiln/core/ops/binary.h"
 #include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/unary.h"
@@ -31,39 +32,68 @@ std::vector<Array> adam_formula(const AdamConstants& c, const std::vector<Array>
   return out;
 }
 
+// No fused multiply-adds: the AVX2 and AVX-512 clones would otherwise contract a * b + c, and a
+// step's values would depend on the machine and differ from the same formula in ops.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#else
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+template <class T>
+struct AdamScalars {
+  T step, bc2, w, one_minus_w, b2, one_minus_b2, eps;
+};
+
+// One pass over n elements. Options are template parameters so the loop has no branch; pointers
+// are restrict parameters (GCC 12 does not vectorize through restrict locals copied from a struct).
+template <class T, bool kAmsgrad, bool kLerpFromM>
+KILN_SIMD_CLONES void adam_kernel(const T* __restrict p, const T* __restrict g, const T* __restrict m,
+                                  const T* __restrict v, const T* __restrict vmax, T* __restrict p1,
+                                  T* __restrict m1, T* __restrict v1, T* __restrict vmax1,
+                                  const AdamScalars<T> s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T mi = kLerpFromM ? m[i] + s.w * (g[i] - m[i]) : g[i] - (g[i] - m[i]) * s.one_minus_w;
+    const T vi = s.b2 * v[i] + s.one_minus_b2 * (g[i] * g[i]);
+    T second = vi;
+    if constexpr (kAmsgrad)  // maximum(vmax, v) with NaN propagating, as the op
+      vmax1[i] = second = (vmax[i] > vi || vmax[i] != vmax[i]) ? vmax[i] : vi;
+    m1[i] = mi;
+    v1[i] = vi;
+    p1[i] = p[i] - s.step * (mi / (std::sqrt(second) / s.bc2 + s.eps));
+  }
+}
+
 template <class T>
 void adam_loop(const AdamConstants& c, std::span<const Array> in, std::span<Array> out) {
   std::vector<Array> dense;
   for (const Array& a : in) dense.push_back(a.row_contiguous() ? a : kiln::detail::dense_copy(a));
-  for (Array& o : out) o.allocate();
+  for (Array& o : out) o.allocate();  // fresh buffers: no output aliases an input
   const size_t k = c.amsgrad ? 5 : 4;
-  const T* p = dense[0].strided_data<T>();
-  const T* g = dense[1].strided_data<T>();
-  const T* m = dense[2].strided_data<T>();
-  const T* v = dense[3].strided_data<T>();
-  const T* vmax = c.amsgrad ? dense[4].strided_data<T>() : nullptr;
-  const T step = dense[k].strided_data<T>()[0], bc2 = dense[k + 1].strided_data<T>()[0];
-  T* p1 = out[0].strided_data<T>();
-  T* m1 = out[1].strided_data<T>();
-  T* v1 = out[2].strided_data<T>();
-  T* vmax1 = c.amsgrad ? out[3].strided_data<T>() : nullptr;
-  // The constants rounded to T, as the ops round weak scalars; lerp's two torch formulas.
+  const auto ptr = [&](std::span<const Array> v, size_t i) {
+    return i < v.size() ? v[i].strided_data<T>() : nullptr;
+  };
+  const T *p = ptr(dense, 0), *g = ptr(dense, 1), *m = ptr(dense, 2), *v = ptr(dense, 3),
+          *vmax = c.amsgrad ? ptr(dense, 4) : nullptr;
+  T *p1 = ptr(out, 0), *m1 = ptr(out, 1), *v1 = ptr(out, 2), *vmax1 = c.amsgrad ? ptr(out, 3) : nullptr;
+  // The constants rounded to T, as the ops round weak scalars; lerp has torch's two formulas.
   const double w = 1.0 - c.beta1;
-  const bool lerp_from_a = w < 0.5;
-  const T wt = static_cast<T>(w), one_minus_w = static_cast<T>(1.0 - w);
-  const T b2 = static_cast<T>(c.beta2), one_minus_b2 = static_cast<T>(1.0 - c.beta2),
-          eps = static_cast<T>(c.eps);
-  kiln::detail::parallel_for(out[0].size(), kiln::detail::kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const T mi = lerp_from_a ? m[i] + wt * (g[i] - m[i]) : g[i] - (g[i] - m[i]) * one_minus_w;
-      const T vi = b2 * v[i] + one_minus_b2 * (g[i] * g[i]);
-      T second = vi;
-      if (vmax) vmax1[i] = second = std::max(vmax[i], vi);
-      m1[i] = mi;
-      v1[i] = vi;
-      p1[i] = p[i] - step * (mi / (std::sqrt(second) / bc2 + eps));
-    }
-  });
+  const AdamScalars<T> s{
+      dense[k].strided_data<T>()[0], dense[k + 1].strided_data<T>()[0], static_cast<T>(w),
+      static_cast<T>(1.0 - w),       static_cast<T>(c.beta2),           static_cast<T>(1.0 - c.beta2),
+      static_cast<T>(c.eps)};
+  auto run = [&](auto amsgrad, auto from_m) {
+    kiln::detail::parallel_for(out[0].size(), kiln::detail::kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+      const auto at = [lo](auto* q) { return q ? q + lo : q; };
+      adam_kernel<T, decltype(amsgrad)::value, decltype(from_m)::value>(
+          at(p), at(g), at(m), at(v), at(vmax), at(p1), at(m1), at(v1), at(vmax1), s, hi - lo);
+    });
+  };
+  const bool from_m = w < 0.5;
+  if (c.amsgrad)
+    from_m ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});
+  else
+    from_m ? run(std::false_type{}, std::true_type{}) : run(std::false_type{}, std::false_type{});
 }
 
 class FusedAdamStep final : public PrimitiveWithParams<FusedAdamStep> {

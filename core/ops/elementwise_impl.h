@@ -6,6 +6,7 @@
 
 #include "kiln/core/cpu/dispatch.h"
 #include "kiln/core/cpu/parallel.h"
+#include "kiln/core/cpu/simd.h"
 #include "kiln/core/cpu/strided.h"
 #include "kiln/core/operand.h"
 #include "kiln/core/ops/binary.h"
@@ -52,18 +53,7 @@ inline int64_t block_step(uint32_t scalars, int k) { return (scalars >> k & 1u) 
 
 // ---------------------------------------------------------------- vector loops
 
-// Dense float32 loops for AVX-512, AVX2+FMA and baseline x86-64, chosen at load time: exp at
-// memory speed and compile's fused blocks (which sit in L1) need the wide vectors, and baseline
-// SSE2 reaches a third of it. Not under sanitizers: the ifunc resolver runs while the program is
-// relocated, before the sanitizer runtime starts, and an instrumented resolver crashes there.
-// clang (the fuzz build) does not multiversion templates; it gets the baseline loops.
-#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
-#define KILN_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define KILN_SIMD_CLONES
-#endif
-
+// Dense float32 loops built per instruction set (KILN_SIMD_CLONES, core/cpu/simd.h).
 /// An op whose `apply<float>` is branch-free states `kSimdF32`; its dense float32 loops are then
 /// built for each instruction set above.
 template <class D>
@@ -91,7 +81,6 @@ KILN_SIMD_CLONES void binary_f32_loop(const float* x, const float* y, float* o, 
     for (int64_t i = 0; i < n; ++i) o[i] = D::template apply<float>(xv, y[i]);
   }
 }
-#undef KILN_SIMD_CLONES
 
 // ---------------------------------------------------------------- CPU loops
 
