@@ -15,6 +15,7 @@ base_packages=(
   libhdf5-dev libcereal-dev
   clang libclang-rt-14-dev
   python3-torch python3-h5py python3-numpy
+  libvulkan-dev glslang-tools glslang-dev mesa-vulkan-drivers
 )
 # The peers of the benchmarks (python3-torch) are base packages: the PyTorch export test needs them.
 bench_packages=()

@@ -1,0 +1,164 @@
+#pragma once
+// The Vulkan instance, the chosen physical and logical device, its compute queue and the services
+// built on them (memory, pipelines). A Context is created once per process by context() and is
+// thread-safe; tests may create private ones with their own options.
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kiln/core/vulkan/runtime/vulkan_api.h"
+
+namespace kiln::detail::vk {
+
+class DeviceAllocator;
+class PipelineCache;
+
+/// How a Context picks and uses its device. from_env() reads the documented variables.
+struct ContextOptions {
+  std::string loader = "libvulkan.so.1";  ///< KILN_VULKAN_LOADER: library to dlopen
+  bool allow_cpu = false;                 ///< KILN_VULKAN_ALLOW_CPU=1: accept a CPU device (lavapipe)
+  int device_index = -1;                  ///< KILN_VULKAN_DEVICE=<i>: this device, whatever its type
+  std::string cache_dir;                  ///< KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln
+  bool force_staging = false;             ///< KILN_VULKAN_FORCE_STAGING=1: never map device memory
+  /// The options the environment asks for.
+  static ContextOptions from_env();
+};
+
+/// What the device offers, recorded once for kernels to choose variants from. Kernels must read
+/// the subgroup size here (8 on lavapipe, 32 on NVIDIA), never assume it.
+struct DeviceCaps {
+  std::string name;
+  VkPhysicalDeviceType type = VK_PHYSICAL_DEVICE_TYPE_OTHER;
+  uint32_t vendor_id = 0, device_id = 0, driver_version = 0, api_version = 0;
+  std::array<uint8_t, VK_UUID_SIZE> pipeline_cache_uuid{};
+  uint32_t subgroup_size = 0;
+  bool subgroup_arithmetic = false;  ///< subgroupAdd & co. in compute shaders
+  uint32_t max_workgroup_invocations = 0;
+  std::array<uint32_t, 3> max_workgroup_size{}, max_workgroup_count{};
+  uint32_t max_shared_memory = 0;
+  uint32_t max_push_constants = 0;
+  VkDeviceSize min_storage_offset_alignment = 0;
+  uint32_t max_storage_buffer_range = 0;
+  VkDeviceSize max_allocation_size = 0;
+  VkDeviceSize device_local_heap_size = 0;
+  bool float16 = false, int8 = false, int64 = false, storage16 = false;
+  bool timeline_semaphore = false, buffer_device_address = false, vulkan_memory_model = false;
+  /// Device-local memory is host-visible and coherent, so buffers are mapped (zero copy).
+  bool unified_memory = false;
+  bool is_cpu() const { return type == VK_PHYSICAL_DEVICE_TYPE_CPU; }
+};
+
+/// Whether a Vulkan device can be used, and why not.
+struct Availability {
+  bool available = false;
+  std::string reason;       ///< empty when available
+  std::string device_name;  ///< the device that would be used
+  bool is_cpu = false;      ///< it is a CPU device (lavapipe)
+};
+
+/// Looks for a device as a Context with these options would, without keeping anything. Never
+/// throws: a missing loader, no device, or only a CPU device without allow_cpu is a reason.
+Availability probe(const ContextOptions& options);
+
+/// A command pool with one command buffer and descriptor pools, reused across recordings.
+struct Frame {
+  VkCommandPool pool = VK_NULL_HANDLE;
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  std::vector<VkDescriptorPool> descriptor_pools;
+  size_t current_pool = 0;
+};
+
+class Context {
+ public:
+  /// Most storage buffers one dispatch binds.
+  static constexpr uint32_t kMaxBindings = 8;
+  /// Push-constant bytes every pipeline layout declares (Vulkan guarantees 128).
+  static constexpr uint32_t kPushConstantBytes = 128;
+
+  /// Loads the loader, picks a device (a GPU first; a CPU device only if allowed or chosen) and
+  /// creates it. Throws DeviceError with the reason when no usable device exists.
+  static std::unique_ptr<Context> create(const ContextOptions& options);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const VulkanApi& api() const { return *api_; }
+  VkDevice device() const { return device_; }
+  VkPhysicalDevice physical_device() const { return physical_; }
+  const DeviceCaps& caps() const { return caps_; }
+  const ContextOptions& options() const { return options_; }
+  DeviceAllocator& allocator() { return *allocator_; }
+  /// Host-visible memory for uploads and readbacks through a copy.
+  DeviceAllocator& staging_allocator() { return *staging_; }
+  PipelineCache& pipelines() { return *pipelines_; }
+
+  /// The descriptor-set and pipeline layouts for `bindings` storage buffers (1..kMaxBindings).
+  VkDescriptorSetLayout set_layout(uint32_t bindings) const;
+  VkPipelineLayout pipeline_layout(uint32_t bindings) const;
+
+  /// Submits a recorded command buffer (queue mutex held), signalling the timeline semaphore with
+  /// a new value, which it returns. Throws DeviceError if the submit fails or the device is lost.
+  uint64_t submit(VkCommandBuffer cmd);
+  /// Blocks until the timeline reaches `value`. Throws DeviceError if the device is lost.
+  void wait(uint64_t value);
+  /// Throws DeviceError if the device was lost earlier.
+  void check_usable() const;
+  bool lost() const { return lost_.load(); }
+
+  /// A frame for one recording: recycled, or new. Thread-safe.
+  std::unique_ptr<Frame> acquire_frame();
+  /// Resets a frame's pools and keeps it for reuse. Thread-safe.
+  void release_frame(std::unique_ptr<Frame> frame);
+
+  /// Makes the next submit fail with `r` as if the driver had returned it (VK_ERROR_DEVICE_LOST
+  /// marks the context lost). For tests of the error paths only.
+  void inject_submit_failure_for_testing(VkResult r) { injected_failure_.store(static_cast<int>(r)); }
+
+ private:
+  explicit Context(const ContextOptions& options);
+  // Releases everything made so far; also what a throwing constructor calls. Idempotent.
+  void destroy() noexcept;
+  void fail(VkResult r, const char* what);
+
+  ContextOptions options_;
+  std::unique_ptr<VulkanApi> api_;
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  DeviceCaps caps_;
+  std::array<VkDescriptorSetLayout, kMaxBindings + 1> set_layouts_{};
+  std::array<VkPipelineLayout, kMaxBindings + 1> pipeline_layouts_{};
+
+  std::mutex queue_mutex_;  // guards queue_ and timeline_value_ (vkQueueSubmit needs it)
+  VkSemaphore timeline_ = VK_NULL_HANDLE;
+  uint64_t timeline_value_ = 0;
+  std::atomic<bool> lost_{false};
+  std::atomic<int> injected_failure_{0};
+
+  std::mutex frames_mutex_;  // guards free_frames_
+  std::vector<std::unique_ptr<Frame>> free_frames_;
+
+  std::unique_ptr<DeviceAllocator> allocator_;
+  std::unique_ptr<DeviceAllocator> staging_;
+  std::unique_ptr<PipelineCache> pipelines_;
+};
+
+/// The process-wide context, created on first use from ContextOptions::from_env() (once, also when
+/// called from several threads). Throws DeviceError with the reason when there is no device; the
+/// failure is remembered, so later calls throw the same error without retrying.
+Context& context();
+
+/// The process-wide context if context() has created it, else nullptr; never creates one (for
+/// memory statistics and cache clearing, which must not start a device). Never throws.
+Context* existing_context();
+
+/// Whether context() would succeed, and why not. Never throws.
+Availability availability();
+
+}  // namespace kiln::detail::vk

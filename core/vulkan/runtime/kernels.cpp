@@ -1,0 +1,352 @@
+#include "kiln/core/vulkan/runtime/kernels.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <limits>
+#include <string>
+
+#include "kiln/core/error.h"
+#include "kiln/core/vulkan/runtime/context.h"
+#include "kiln/core/vulkan/runtime/pipeline_cache.h"
+
+namespace kiln::detail::vk {
+namespace {
+
+constexpr uint32_t kWorkgroup = 256;
+constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();  // the shaders index with int32
+
+uint32_t workgroup_size(const Context& ctx) {
+  return std::min({kWorkgroup, ctx.caps().max_workgroup_invocations, ctx.caps().max_workgroup_size[0]});
+}
+
+int64_t numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+// Checks that every element of v lies in its buffer and indexes within int32.
+void check_view(const GpuView& v, const char* op) {
+  if (!v.buffer) throw ValueError::of(op, "a view has no buffer");
+  if (v.strides.size() != v.shape.size())
+    throw ShapeError::of(op, "strides and shape differ in rank", "shape {}, strides {}", v.shape, v.strides);
+  int64_t lo = v.offset, hi = v.offset;
+  for (size_t d = 0; d < v.shape.size(); ++d) {
+    if (v.shape[d] < 0) throw ShapeError::of(op, "negative dimension", "{}", v.shape);
+    if (v.shape[d] == 0) return;  // empty: nothing is touched
+    const int64_t reach = (v.shape[d] - 1) * v.strides[d];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const int64_t capacity = static_cast<int64_t>(v.buffer->capacity()) / size_of(v.dtype);
+  if (lo < 0 || hi >= capacity)
+    throw ValueError::of(op, "view reaches outside its buffer",
+                         "shape {}, strides {}, offset {}, buffer of {} elements", v.shape, v.strides,
+                         v.offset, capacity);
+  if (hi > kMaxIndex || numel(v.shape) > kMaxIndex)
+    throw NotImplemented::of(op, "views past 2^31 elements are not supported on the GPU yet", "shape {}",
+                             v.shape);
+}
+
+// Merges adjacent dims that are contiguous in every view (and drops size-1 dims), so strided
+// kernels see as few dims as possible. strides[i] are the views' strides over `shape`.
+template <size_t N>
+void collapse(Shape& shape, std::array<Strides*, N> strides) {
+  Shape out_shape;
+  std::array<Strides, N> out;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !out_shape.empty();
+    for (size_t v = 0; v < N && merge; ++v) merge = out[v].back() == (*strides[v])[d] * shape[d];
+    if (merge) {
+      out_shape.back() *= shape[d];
+      for (size_t v = 0; v < N; ++v) out[v].back() = (*strides[v])[d];
+    } else {
+      out_shape.push_back(shape[d]);
+      for (size_t v = 0; v < N; ++v) out[v].push_back((*strides[v])[d]);
+    }
+  }
+  shape = std::move(out_shape);
+  for (size_t v = 0; v < N; ++v) *strides[v] = std::move(out[v]);
+}
+
+bool is_linear(const Shape& shape, const Strides& strides) {
+  return shape.empty() || (shape.size() == 1 && strides[0] == 1);
+}
+
+void check_rank(const Shape& collapsed, const char* op) {
+  if (collapsed.size() > static_cast<size_t>(kMaxStridedRank))
+    throw NotImplemented::of(op, "too many dimensions for the strided GPU kernels",
+                             "{} after merging, at most {}", collapsed.size(), kMaxStridedRank);
+}
+
+template <class T, size_t M>
+void fill(std::array<T, M>& dst, const std::vector<int64_t>& src) {
+  dst.fill(0);
+  std::transform(src.begin(), src.end(), dst.begin(), [](int64_t x) { return static_cast<T>(x); });
+}
+
+const char* type_tag(Dtype t) {
+  switch (t) {
+    case float32:
+      return "f32";
+    case float16:
+      return "f16";
+    case int32:
+      return "i32";
+    default:
+      return nullptr;
+  }
+}
+
+struct CopyPush {
+  uint32_t n, rank, src_offset, dst_offset;
+  std::array<uint32_t, kMaxStridedRank> shape;
+  std::array<int32_t, kMaxStridedRank> src_strides, dst_strides;
+};
+struct UnaryPush {
+  uint32_t n, rank, in_offset, out_offset;
+  std::array<uint32_t, kMaxStridedRank> shape;
+  std::array<int32_t, kMaxStridedRank> strides;
+};
+struct BinaryPush {
+  uint32_t n, rank, a_offset, b_offset, out_offset;
+  std::array<uint32_t, kMaxStridedRank> shape;
+  std::array<int32_t, kMaxStridedRank> a_strides, b_strides;
+};
+struct ReducePush {
+  uint32_t rows, cols, row_stride, in_offset, out_offset;
+};
+struct MatmulPush {
+  uint32_t m, n, k;
+  uint32_t a_row_stride, a_col_stride, b_row_stride, b_col_stride, c_row_stride;
+  uint32_t a_offset, b_offset, c_offset;
+  uint32_t a_batch_stride, b_batch_stride, c_batch_stride;
+};
+static_assert(sizeof(CopyPush) == 112 && sizeof(BinaryPush) == 116 && sizeof(MatmulPush) == 56);
+
+void check_contiguous_out(const GpuView& out, const Shape& shape, const char* op) {
+  if (out.shape != shape) throw ShapeError::of(op, "output shape differs", "{} vs {}", out.shape, shape);
+  int64_t expect = 1;
+  for (size_t d = out.shape.size(); d-- > 0;) {
+    if (out.shape[d] != 1 && out.strides[d] != expect)
+      throw ValueError::of(op, "output must be contiguous", "strides {}", out.strides);
+    expect *= out.shape[d];
+  }
+}
+
+}  // namespace
+
+GpuView GpuView::contiguous(BufferPtr buffer, Dtype dtype, Shape shape, int64_t offset) {
+  Strides strides(shape.size());
+  int64_t s = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    strides[d] = s;
+    s *= shape[d];
+  }
+  return {std::move(buffer), dtype, std::move(shape), std::move(strides), offset};
+}
+
+void record_copy(Recorder& r, const GpuView& src, const GpuView& dst) {
+  constexpr const char* op = "gpu copy";
+  check_view(src, op);
+  check_view(dst, op);
+  if (src.shape != dst.shape) throw ShapeError::of(op, "shapes differ", "{} vs {}", src.shape, dst.shape);
+  const int64_t n = numel(src.shape);
+  if (n == 0) return;
+  std::string name;
+  if (src.dtype == dst.dtype && size_of(src.dtype) == 4)
+    name = "copy_u32";
+  else if (src.dtype == dst.dtype && size_of(src.dtype) == 2)
+    name = "copy_u16";
+  else if (type_tag(src.dtype) && type_tag(dst.dtype))
+    name = fmt::format("cast_{}_{}", type_tag(src.dtype), type_tag(dst.dtype));
+  else
+    throw NotImplemented::of(op, "no GPU kernel for this cast", "{} to {}", dtype_name(src.dtype),
+                             dtype_name(dst.dtype));
+  Context& ctx = r.context();
+  if ((size_of(src.dtype) == 2 || size_of(dst.dtype) == 2) && !ctx.caps().storage16)
+    throw NotImplemented::of(op, "the device lacks 16-bit storage buffers", "{}", ctx.caps().name);
+  Shape shape = src.shape;
+  Strides ss = src.strides, ds = dst.strides;
+  collapse<2>(shape, {&ss, &ds});
+  check_rank(shape, op);
+  const bool strided = !(is_linear(shape, ss) && is_linear(shape, ds));
+  CopyPush p{static_cast<uint32_t>(n),
+             static_cast<uint32_t>(shape.size()),
+             static_cast<uint32_t>(src.offset),
+             static_cast<uint32_t>(dst.offset),
+             {},
+             {},
+             {}};
+  fill(p.shape, shape);
+  fill(p.src_strides, ss);
+  fill(p.dst_strides, ds);
+  const uint32_t wg = workgroup_size(ctx);
+  r.dispatch(builtin_shader(name), {wg, strided ? 1u : 0u},
+             {{src.buffer, Access::read}, {dst.buffer, Access::write}}, p,
+             Groups::linear((n + wg - 1) / wg, ctx));
+}
+
+void record_unary(Recorder& r, UnaryOp unary, const GpuView& x, const GpuView& out) {
+  constexpr const char* op = "gpu unary";
+  check_view(x, op);
+  check_view(out, op);
+  if (x.dtype != float32 || out.dtype != float32)
+    throw NotImplemented::of(op, "only float32 on the GPU so far", "{}", dtype_name(x.dtype));
+  check_contiguous_out(out, x.shape, op);
+  const int64_t n = numel(x.shape);
+  if (n == 0) return;
+  Shape shape = x.shape;
+  Strides xs = x.strides;
+  Strides os = out.strides;
+  collapse<2>(shape, {&xs, &os});
+  check_rank(shape, op);
+  UnaryPush p{static_cast<uint32_t>(n),
+              static_cast<uint32_t>(shape.size()),
+              static_cast<uint32_t>(x.offset),
+              static_cast<uint32_t>(out.offset),
+              {},
+              {}};
+  fill(p.shape, shape);
+  fill(p.strides, xs);
+  Context& ctx = r.context();
+  const uint32_t wg = workgroup_size(ctx);
+  r.dispatch(builtin_shader("unary"), {wg, static_cast<uint32_t>(unary), is_linear(shape, xs) ? 0u : 1u},
+             {{x.buffer, Access::read}, {out.buffer, Access::write}}, p,
+             Groups::linear((n + wg - 1) / wg, ctx));
+}
+
+void record_binary(Recorder& r, BinaryOp binary, const GpuView& a, const GpuView& b, const GpuView& out) {
+  constexpr const char* op = "gpu binary";
+  check_view(a, op);
+  check_view(b, op);
+  check_view(out, op);
+  if (a.dtype != float32 || b.dtype != float32 || out.dtype != float32)
+    throw NotImplemented::of(op, "only float32 on the GPU so far", "{}, {}", dtype_name(a.dtype),
+                             dtype_name(b.dtype));
+  check_contiguous_out(out, out.shape, op);
+  if (a.shape.size() != out.shape.size() || b.shape.size() != out.shape.size())
+    throw ShapeError::of(op, "inputs must have the output's rank", "{}, {} -> {}", a.shape, b.shape,
+                         out.shape);
+  Shape shape = out.shape;
+  Strides as = a.strides, bs = b.strides, os = out.strides;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    for (auto [v, s] : {std::pair{&a, &as}, std::pair{&b, &bs}}) {
+      if (v->shape[d] == shape[d]) continue;
+      if (v->shape[d] != 1)
+        throw ShapeError::of(op, "cannot broadcast", "{}, {} -> {}", a.shape, b.shape, out.shape);
+      (*s)[d] = 0;
+    }
+  }
+  const int64_t n = numel(shape);
+  if (n == 0) return;
+  collapse<3>(shape, {&as, &bs, &os});
+  check_rank(shape, op);
+  BinaryPush p{static_cast<uint32_t>(n),
+               static_cast<uint32_t>(shape.size()),
+               static_cast<uint32_t>(a.offset),
+               static_cast<uint32_t>(b.offset),
+               static_cast<uint32_t>(out.offset),
+               {},
+               {},
+               {}};
+  fill(p.shape, shape);
+  fill(p.a_strides, as);
+  fill(p.b_strides, bs);
+  const bool strided = !(is_linear(shape, as) && is_linear(shape, bs));
+  Context& ctx = r.context();
+  const uint32_t wg = workgroup_size(ctx);
+  r.dispatch(builtin_shader("binary"), {wg, static_cast<uint32_t>(binary), strided ? 1u : 0u},
+             {{a.buffer, Access::read}, {b.buffer, Access::read}, {out.buffer, Access::write}}, p,
+             Groups::linear((n + wg - 1) / wg, ctx));
+}
+
+void record_sum_last_axis(Recorder& r, const GpuView& x, const GpuView& out) {
+  constexpr const char* op = "gpu sum";
+  check_view(x, op);
+  check_view(out, op);
+  if (x.dtype != float32 || out.dtype != float32)
+    throw NotImplemented::of(op, "only float32 on the GPU so far", "{}", dtype_name(x.dtype));
+  if (x.shape.empty()) throw ShapeError::of(op, "needs at least one axis", "{}", x.shape);
+  const Shape outer(x.shape.begin(), x.shape.end() - 1);
+  check_contiguous_out(out, outer, op);
+  const int64_t cols = x.shape.back();
+  if (cols > 1 && x.strides.back() != 1)
+    throw NotImplemented::of(op, "the reduced axis must be contiguous", "strides {}", x.strides);
+  Shape rows_shape = outer;
+  Strides rs(x.strides.begin(), x.strides.end() - 1);
+  collapse<1>(rows_shape, {&rs});
+  if (rows_shape.size() > 1)
+    throw NotImplemented::of(op, "the outer axes must merge into one", "shape {}, strides {}", x.shape,
+                             x.strides);
+  const int64_t rows = numel(outer);
+  if (rows == 0) return;
+  if (cols == 0)
+    throw NotImplemented::of(op, "empty rows (a fill) are not a reduction kernel", "{}", x.shape);
+  Context& ctx = r.context();
+  // A power-of-two workgroup: 64 invocations for short rows, else 256 (within the device's limit).
+  const uint32_t wg = std::bit_floor(std::min(cols <= 64 ? 64u : kWorkgroup, workgroup_size(ctx)));
+  if (wg * sizeof(float) > ctx.caps().max_shared_memory)
+    throw NotImplemented::of(op, "not enough shared memory", "{}", ctx.caps().max_shared_memory);
+  const ReducePush p{static_cast<uint32_t>(rows), static_cast<uint32_t>(cols),
+                     static_cast<uint32_t>(rs.empty() ? cols : rs[0]), static_cast<uint32_t>(x.offset),
+                     static_cast<uint32_t>(out.offset)};
+  r.dispatch(builtin_shader("reduce_sum_rows"), {wg}, {{x.buffer, Access::read}, {out.buffer, Access::write}},
+             p, Groups::linear(static_cast<uint64_t>(rows), ctx));
+}
+
+void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuView& c) {
+  constexpr const char* op = "gpu matmul";
+  check_view(a, op);
+  check_view(b, op);
+  check_view(c, op);
+  if (a.dtype != float32 || b.dtype != float32 || c.dtype != float32)
+    throw NotImplemented::of(op, "only float32 on the GPU so far", "{}, {}", dtype_name(a.dtype),
+                             dtype_name(b.dtype));
+  const size_t rank = c.shape.size();
+  if (rank < 2 || rank > 3 || a.shape.size() != rank || b.shape.size() != rank)
+    throw ShapeError::of(op, "operands must be [M,K] @ [K,N] or [B,M,K] @ [B,K,N]", "{} @ {} -> {}", a.shape,
+                         b.shape, c.shape);
+  const int64_t m = a.shape[rank - 2], k = a.shape[rank - 1], n = b.shape[rank - 1];
+  const int64_t batch = rank == 3 ? c.shape[0] : 1;
+  if (b.shape[rank - 2] != k || c.shape[rank - 2] != m || c.shape[rank - 1] != n ||
+      (rank == 3 && (a.shape[0] != batch || b.shape[0] != batch)))
+    throw ShapeError::of(op, "shapes do not fit", "{} @ {} -> {}", a.shape, b.shape, c.shape);
+  if (n > 1 && c.strides[rank - 1] != 1)
+    throw ValueError::of(op, "output rows must be contiguous", "strides {}", c.strides);
+  if (m == 0 || n == 0 || batch == 0) return;
+  for (const GpuView* v : {&a, &b, &c})
+    for (int64_t s : v->strides)
+      if (s < 0) throw NotImplemented::of(op, "negative strides", "{}", v->strides);
+  Context& ctx = r.context();
+  if (ctx.caps().max_workgroup_invocations < 256)
+    throw NotImplemented::of(op, "the matmul kernel needs 256 invocations per workgroup", "{}",
+                             ctx.caps().name);
+  // 128x128 tiles once there are enough of them to fill a large GPU; 64x64 otherwise.
+  const bool big = m >= 512 && n >= 512;
+  const int64_t tile = big ? 128 : 64;
+  auto u = [](int64_t x) { return static_cast<uint32_t>(x); };
+  const MatmulPush p{u(m),
+                     u(n),
+                     u(k),
+                     u(a.strides[rank - 2]),
+                     u(a.strides[rank - 1]),
+                     u(b.strides[rank - 2]),
+                     u(b.strides[rank - 1]),
+                     u(c.strides[rank - 2]),
+                     u(a.offset),
+                     u(b.offset),
+                     u(c.offset),
+                     u(rank == 3 ? a.strides[0] : 0),
+                     u(rank == 3 ? b.strides[0] : 0),
+                     u(rank == 3 ? c.strides[0] : 0)};
+  const Groups groups{u((n + tile - 1) / tile), u((m + tile - 1) / tile), u(batch)};
+  if (groups.x > ctx.caps().max_workgroup_count[0] || groups.y > ctx.caps().max_workgroup_count[1] ||
+      groups.z > ctx.caps().max_workgroup_count[2])
+    throw NotImplemented::of(op, "too many tiles for one dispatch", "{} @ {}", a.shape, b.shape);
+  r.dispatch(builtin_shader(big ? "matmul_f32_t128" : "matmul_f32_t64"), {},
+             {{a.buffer, Access::read}, {b.buffer, Access::read}, {c.buffer, Access::write}}, p, groups);
+}
+
+}  // namespace kiln::detail::vk

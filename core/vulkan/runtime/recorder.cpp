@@ -1,0 +1,184 @@
+#include "kiln/core/vulkan/runtime/recorder.h"
+
+#include <algorithm>
+
+#include "kiln/core/error.h"
+#include "kiln/core/vulkan/runtime/context.h"
+#include "kiln/core/vulkan/runtime/pipeline_cache.h"
+
+namespace kiln::detail::vk {
+namespace {
+constexpr uint32_t kSetsPerPool = 256;
+
+bool has(uint8_t bits, Access a) { return bits & static_cast<uint8_t>(a); }
+}  // namespace
+
+Groups Groups::linear(uint64_t n, const Context& ctx) {
+  const uint64_t max_x = ctx.caps().max_workgroup_count[0];
+  if (n <= max_x) return {static_cast<uint32_t>(std::max<uint64_t>(n, 1)), 1, 1};
+  const uint64_t y = (n + max_x - 1) / max_x;
+  if (y > ctx.caps().max_workgroup_count[1])
+    throw ValueError::of("vulkan", "too many workgroups for one dispatch", "{}", n);
+  // x * y >= n; the shaders skip the excess groups.
+  return {static_cast<uint32_t>((n + y - 1) / y), static_cast<uint32_t>(y), 1};
+}
+
+Recorder::Recorder(Context& ctx) : ctx_(ctx) {}
+
+Recorder::~Recorder() { reset(); }
+
+void Recorder::reset() {
+  if (frame_) {
+    // An ended or abandoned command buffer is reset with its pool; nothing of it was submitted
+    // (or it completed: submit_and_wait waits even when it throws).
+    ctx_.release_frame(std::move(frame_));
+  }
+  recording_ = false;
+  pending_ = 0;
+  since_barrier_.clear();
+  keep_alive_.clear();
+}
+
+void Recorder::begin_if_needed() {
+  if (recording_) return;
+  ctx_.check_usable();
+  if (!frame_) frame_ = ctx_.acquire_frame();
+  VkCommandBufferBeginInfo begin{};
+  begin.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  check(ctx_.api().vkBeginCommandBuffer(frame_->cmd, &begin), "vkBeginCommandBuffer");
+  recording_ = true;
+}
+
+bool Recorder::conflicts(uint64_t id, Access access) const {
+  auto it = since_barrier_.find(id);
+  if (it == since_barrier_.end()) return false;
+  // Read after write and write after write need the earlier write visible; write after read needs
+  // the earlier read finished. Read after read needs nothing.
+  return has(it->second, Access::write) || has(static_cast<uint8_t>(access), Access::write);
+}
+
+void Recorder::note(const BufferPtr& b, Access access) {
+  since_barrier_[b->id()] |= static_cast<uint8_t>(access);
+  keep_alive_.push_back(b);
+}
+
+void Recorder::barrier() {
+  // One global memory barrier covers every buffer: drivers implement buffer barriers as global
+  // ones anyway, and it costs one command however many buffers conflict.
+  VkMemoryBarrier mb{};
+  mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                     VK_ACCESS_TRANSFER_WRITE_BIT;
+  const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+  ctx_.api().vkCmdPipelineBarrier(frame_->cmd, stages, stages, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  since_barrier_.clear();
+  ++barriers_;
+}
+
+void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec,
+                        std::span<const Binding> bindings, std::span<const std::byte> push, Groups groups) {
+  if (bindings.empty() || bindings.size() > Context::kMaxBindings)
+    throw ValueError::of("vulkan dispatch", "between 1 and 8 bindings allowed", "{} given for {}",
+                         bindings.size(), shader.name);
+  if (push.size() > Context::kPushConstantBytes || push.size() % 4 != 0)
+    throw ValueError::of("vulkan dispatch", "push constants must be a multiple of 4 bytes, at most 128",
+                         "{} bytes for {}", push.size(), shader.name);
+  for (const Binding& b : bindings)
+    if (!b.buffer)
+      throw ValueError::of("vulkan dispatch", "a binding has no buffer", "shader {}", shader.name);
+  const uint32_t n = static_cast<uint32_t>(bindings.size());
+  const Pipeline& pipeline = ctx_.pipelines().get({&shader, spec, n});
+  begin_if_needed();
+  const VulkanApi& api = ctx_.api();
+
+  // A descriptor set from the frame's pools, growing them when full.
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  const VkDescriptorSetLayout layout = ctx_.set_layout(n);
+  while (true) {
+    if (frame_->current_pool == frame_->descriptor_pools.size()) {
+      VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * Context::kMaxBindings};
+      VkDescriptorPoolCreateInfo info{};
+      info.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
+      info.maxSets = kSetsPerPool;
+      info.poolSizeCount = 1;
+      info.pPoolSizes = &size;
+      VkDescriptorPool pool = VK_NULL_HANDLE;
+      check(api.vkCreateDescriptorPool(ctx_.device(), &info, nullptr, &pool), "vkCreateDescriptorPool");
+      frame_->descriptor_pools.push_back(pool);
+    }
+    VkDescriptorSetAllocateInfo alloc{};
+    alloc.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
+    alloc.descriptorPool = frame_->descriptor_pools[frame_->current_pool];
+    alloc.descriptorSetCount = 1;
+    alloc.pSetLayouts = &layout;
+    const VkResult r = api.vkAllocateDescriptorSets(ctx_.device(), &alloc, &set);
+    if (r == VK_SUCCESS) break;
+    if (r != VK_ERROR_OUT_OF_POOL_MEMORY && r != VK_ERROR_FRAGMENTED_POOL)
+      check(r, "vkAllocateDescriptorSets");
+    ++frame_->current_pool;
+  }
+  std::array<VkDescriptorBufferInfo, Context::kMaxBindings> infos{};
+  std::array<VkWriteDescriptorSet, Context::kMaxBindings> writes{};
+  for (uint32_t i = 0; i < n; ++i) {
+    const DeviceBuffer& b = *bindings[i].buffer;
+    infos[i] = {b.buffer(), b.offset(), b.capacity()};
+    writes[i] = {};
+    writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+    writes[i].dstSet = set;
+    writes[i].dstBinding = i;
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+  }
+  api.vkUpdateDescriptorSets(ctx_.device(), n, writes.data(), 0, nullptr);
+
+  const bool hazard =
+      std::ranges::any_of(bindings, [&](const Binding& b) { return conflicts(b.buffer->id(), b.access); });
+  if (hazard) barrier();
+  for (const Binding& b : bindings) note(b.buffer, b.access);
+
+  api.vkCmdBindPipeline(frame_->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);
+  api.vkCmdBindDescriptorSets(frame_->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set, 0,
+                              nullptr);
+  if (!push.empty())
+    api.vkCmdPushConstants(frame_->cmd, pipeline.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                           static_cast<uint32_t>(push.size()), push.data());
+  api.vkCmdDispatch(frame_->cmd, groups.x, groups.y, groups.z);
+  ++pending_;
+}
+
+void Recorder::copy(const BufferPtr& src, size_t src_offset, const BufferPtr& dst, size_t dst_offset,
+                    size_t bytes) {
+  if (!src || !dst) throw ValueError::of("vulkan copy", "no buffer");
+  if (src_offset > src->capacity() || bytes > src->capacity() - src_offset || dst_offset > dst->capacity() ||
+      bytes > dst->capacity() - dst_offset)
+    throw ValueError::of("vulkan copy", "range outside a buffer", "{} bytes from {} of {} to {} of {}", bytes,
+                         src_offset, src->capacity(), dst_offset, dst->capacity());
+  if (bytes == 0) return;
+  begin_if_needed();
+  if (conflicts(src->id(), Access::read) || conflicts(dst->id(), Access::write)) barrier();
+  note(src, Access::read);
+  note(dst, Access::write);
+  const VkBufferCopy region{src->offset() + src_offset, dst->offset() + dst_offset, bytes};
+  ctx_.api().vkCmdCopyBuffer(frame_->cmd, src->buffer(), dst->buffer(), 1, &region);
+  ++pending_;
+}
+
+void Recorder::submit_and_wait() {
+  if (!recording_) return;
+  // Whatever happens below, the recording is spent: reset() runs on every path.
+  struct ResetOnExit {
+    Recorder& r;
+    ~ResetOnExit() { r.reset(); }
+  } reset_on_exit{*this};
+  recording_ = false;
+  check(ctx_.api().vkEndCommandBuffer(frame_->cmd), "vkEndCommandBuffer");
+  const uint64_t value = ctx_.submit(frame_->cmd);
+  ctx_.wait(value);
+  // New pipelines reach the disk after the first evaluation that used them.
+  ctx_.pipelines().save();
+}
+
+}  // namespace kiln::detail::vk

@@ -1,0 +1,97 @@
+#pragma once
+// Records the dispatches of one evaluation into one command buffer and submits them once
+// (STYLE.md R10). A barrier goes in only where a dispatch touches a buffer that an earlier
+// dispatch since the last barrier wrote (read after write, write after write) or that it writes
+// while an earlier one read it (write after read). The submit signals the context's timeline
+// semaphore; submit_and_wait() blocks on it and turns any device error into a DeviceError on the
+// calling thread.
+//
+// One Recorder is used by one thread at a time; any number of recorders may record and submit at
+// once (the queue is guarded by the context).
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/core/vulkan/runtime/memory.h"
+
+namespace kiln::detail::vk {
+
+class Context;
+struct Frame;
+struct ShaderCode;
+
+enum class Access : uint8_t { read = 1, write = 2, read_write = 3 };
+
+/// A storage buffer bound to a dispatch, at binding = its position in the list.
+struct Binding {
+  BufferPtr buffer;
+  Access access;
+};
+
+/// Workgroup counts of a dispatch.
+struct Groups {
+  uint32_t x = 1, y = 1, z = 1;
+  /// `n` groups along one dimension, split over x and y when n exceeds the device's x limit.
+  static Groups linear(uint64_t n, const Context& ctx);
+};
+
+class Recorder {
+ public:
+  explicit Recorder(Context& ctx);
+  /// Discards what was recorded and not submitted. Never throws.
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  /// Records one dispatch of `shader` specialised with `spec` (constant i has id i), `bindings`
+  /// at bindings 0.., `push` bytes (at most Context::kPushConstantBytes) as push constants.
+  /// Keeps the buffers alive until the work completes. Throws DeviceError (pipeline creation) or
+  /// ValueError (too many bindings or push bytes).
+  void dispatch(const ShaderCode& shader, std::span<const uint32_t> spec, std::span<const Binding> bindings,
+                std::span<const std::byte> push, Groups groups);
+  template <class Push>
+  void dispatch(const ShaderCode& shader, std::initializer_list<uint32_t> spec,
+                std::initializer_list<Binding> bindings, const Push& push, Groups groups) {
+    static_assert(std::is_trivially_copyable_v<Push>);
+    dispatch(shader, std::span<const uint32_t>(spec.begin(), spec.size()),
+             std::span<const Binding>(bindings.begin(), bindings.size()),
+             std::as_bytes(std::span<const Push>(&push, 1)), groups);
+  }
+  /// Records a copy of `bytes` from src at src_offset to dst at dst_offset, hazards tracked alike.
+  void copy(const BufferPtr& src, size_t src_offset, const BufferPtr& dst, size_t dst_offset, size_t bytes);
+
+  /// Submits everything recorded (one vkQueueSubmit) and waits for it. After it the recorder is
+  /// empty and may record again. Throws DeviceError (out of memory, device lost, failed submit);
+  /// the recorded work is then dropped.
+  void submit_and_wait();
+
+  Context& context() const { return ctx_; }
+  /// Barriers recorded since construction (for tests of the hazard tracking).
+  size_t barriers() const { return barriers_; }
+  /// Dispatches and copies recorded and not yet submitted.
+  size_t pending() const { return pending_; }
+
+ private:
+  void begin_if_needed();
+  // Inserts a barrier if touching `b` with `access` conflicts with what was done since the last one.
+  bool conflicts(uint64_t id, Access access) const;
+  void note(const BufferPtr& b, Access access);
+  void barrier();
+  void reset();
+
+  Context& ctx_;
+  std::unique_ptr<Frame> frame_;
+  bool recording_ = false;
+  size_t pending_ = 0;
+  size_t barriers_ = 0;
+  std::unordered_map<uint64_t, uint8_t> since_barrier_;  // buffer id -> Access bits
+  std::vector<BufferPtr> keep_alive_;
+};
+
+}  // namespace kiln::detail::vk

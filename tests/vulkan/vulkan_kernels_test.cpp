@@ -1,0 +1,395 @@
+// The first GPU kernels against float64 references on the CPU, through the runtime directly:
+// upload, record with the kernels' helpers, submit, read back. Inputs come from fixed seeds.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "kiln/core/error.h"
+#include "kiln/core/vulkan/runtime/kernels.h"
+#include "vulkan_fixture.h"
+
+namespace kiln::detail::vk {
+namespace {
+
+using testing::random_floats;
+using testing::VulkanTest;
+
+class VulkanKernels : public VulkanTest {
+ protected:
+  template <class T>
+  GpuView view(const std::vector<T>& values, Dtype dtype, Shape shape, Strides strides = {},
+               int64_t offset = 0) {
+    GpuView v = GpuView::contiguous(upload_vector(values), dtype, std::move(shape), offset);
+    if (!strides.empty()) v.strides = std::move(strides);
+    return v;
+  }
+  GpuView output(Dtype dtype, Shape shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return GpuView::contiguous(
+        ctx().allocator().allocate(static_cast<size_t>(std::max<int64_t>(n, 1)) * size_of(dtype)), dtype,
+        std::move(shape));
+  }
+  void run(const std::function<void(Recorder&)>& record) {
+    Recorder r(ctx());
+    record(r);
+    r.submit_and_wait();
+  }
+};
+
+// Offset of a row-major linear index in a strided view.
+int64_t strided_offset(int64_t i, const Shape& shape, const Strides& strides, int64_t offset) {
+  for (size_t d = shape.size(); d-- > 0;) {
+    offset += (i % shape[d]) * strides[d];
+    i /= shape[d];
+  }
+  return offset;
+}
+
+// IEEE binary16 by hand (an independent reference): round to nearest even, finite values within
+// the half range only (the tests stay inside +-65504).
+uint16_t to_half_bits(float x) {
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double a = std::abs(static_cast<double>(x));
+  int e = 0;
+  std::frexp(a, &e);                          // a = f * 2^e with f in [0.5, 1)
+  const int exponent = std::max(e - 1, -14);  // subnormals share the smallest exponent
+  const double quantum = std::ldexp(1.0, exponent - 10);
+  const double r = std::nearbyint(a / quantum) * quantum;  // the default rounding: to nearest even
+  if (r < std::ldexp(1.0, -14)) return sign | static_cast<uint16_t>(r / std::ldexp(1.0, -24));
+  std::frexp(r, &e);  // rounding may have carried into the next binade
+  const double mantissa = std::ldexp(r, -(e - 1)) - 1.0;
+  return sign | static_cast<uint16_t>((e - 1 + 15) << 10) | static_cast<uint16_t>(mantissa * 1024);
+}
+float from_half_bits(uint16_t h) {
+  const int e = (h >> 10) & 31, m = h & 1023;
+  const double v = e == 0 ? std::ldexp(m, -24) : std::ldexp(1.0 + m / 1024.0, e - 15);
+  return static_cast<float>((h & 0x8000) ? -v : v);
+}
+
+TEST_F(VulkanKernels, ContiguousCopyAndCasts) {
+  const int64_t n = 3001;  // not a multiple of the workgroup
+  const auto floats = random_floats(n, -1000, 1000, 11);
+  std::vector<int32_t> ints(n);
+  std::vector<uint16_t> halves(n);
+  for (int64_t i = 0; i < n; ++i) {
+    ints[i] = static_cast<int32_t>(std::lround(floats[i] * 100));  // up to 1e5: exact in float32
+    halves[i] = to_half_bits(floats[i]);
+  }
+  const GpuView f32 = view(floats, float32, {n}), i32 = view(ints, int32, {n}),
+                f16 = view(halves, float16, {n});
+  // Small integers, exact in float16.
+  std::vector<int32_t> small(n);
+  for (int64_t i = 0; i < n; ++i) small[i] = static_cast<int32_t>(floats[i]) * 2;
+  const GpuView i32_small = view(small, int32, {n});
+
+  GpuView copy = output(float32, {n}), f32_to_i32 = output(int32, {n}), i32_to_f32 = output(float32, {n});
+  GpuView f32_to_f16 = output(float16, {n}), f16_to_f32 = output(float32, {n}),
+          f16_copy = output(float16, {n});
+  GpuView f16_to_i32 = output(int32, {n}), i32_to_f16 = output(float16, {n});
+  run([&](Recorder& r) {
+    record_copy(r, f32, copy);
+    record_copy(r, f32, f32_to_i32);
+    record_copy(r, i32, i32_to_f32);
+    record_copy(r, f32, f32_to_f16);
+    record_copy(r, f16, f16_to_f32);
+    record_copy(r, f16, f16_copy);
+    record_copy(r, f16, f16_to_i32);
+    record_copy(r, i32_small, i32_to_f16);
+  });
+  EXPECT_EQ(read_vector<float>(copy.buffer, n), floats);
+  const auto got_i32 = read_vector<int32_t>(f32_to_i32.buffer, n);
+  const auto got_f32 = read_vector<float>(i32_to_f32.buffer, n);
+  const auto got_f16 = read_vector<uint16_t>(f32_to_f16.buffer, n);
+  const auto got_f16_f32 = read_vector<float>(f16_to_f32.buffer, n);
+  const auto got_f16_i32 = read_vector<int32_t>(f16_to_i32.buffer, n);
+  const auto got_i32_f16 = read_vector<uint16_t>(i32_to_f16.buffer, n);
+  EXPECT_EQ(read_vector<uint16_t>(f16_copy.buffer, n), halves);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got_i32[i], static_cast<int32_t>(std::trunc(static_cast<double>(floats[i])))) << i;
+    ASSERT_EQ(got_f32[i], static_cast<float>(static_cast<double>(ints[i]))) << i;
+    // Vulkan leaves float16 rounding to the implementation: within one unit in the last place.
+    ASSERT_LE(std::abs(int{got_f16[i]} - int{halves[i]}), 1) << i << ": " << floats[i];
+    ASSERT_EQ(got_f16_f32[i], from_half_bits(halves[i])) << i;
+    ASSERT_EQ(got_f16_i32[i],
+              static_cast<int32_t>(std::trunc(static_cast<double>(from_half_bits(halves[i])))))
+        << i;
+    ASSERT_EQ(from_half_bits(got_i32_f16[i]), static_cast<float>(small[i])) << i;
+  }
+}
+
+TEST_F(VulkanKernels, StridedCopyWithOffsetsAndNegativeStrides) {
+  const Shape shape = {3, 4, 5, 2};
+  const auto src_values = random_floats(200, -10, 10, 12);
+  const GpuView src = view(src_values, float32, shape, {60, -3, 12, 1}, 20);  // reaches 11..189
+  // The destination is the transposed layout: its last dim varies slowest.
+  GpuView dst = output(float32, {120});
+  dst.shape = shape;
+  dst.strides = {1, 3, 12, 60};
+  run([&](Recorder& r) { record_copy(r, src, dst); });
+  const auto got = read_vector<float>(dst.buffer, 120);
+  for (int64_t i = 0; i < 120; ++i)
+    ASSERT_EQ(got[strided_offset(i, shape, dst.strides, 0)],
+              src_values[strided_offset(i, shape, src.strides, 20)])
+        << i;
+
+  // A strided cast to int32, broadcasting one row (stride 0) over 6.
+  const GpuView row = view(src_values, float32, {6, 7}, {0, 2}, 5);
+  GpuView ints = output(int32, {6, 7});
+  run([&](Recorder& r) { record_copy(r, row, ints); });
+  const auto got_ints = read_vector<int32_t>(ints.buffer, 42);
+  for (int64_t i = 0; i < 42; ++i)
+    ASSERT_EQ(got_ints[i], static_cast<int32_t>(std::trunc(static_cast<double>(src_values[5 + (i % 7) * 2]))))
+        << i;
+}
+
+TEST_F(VulkanKernels, CopyRankLimitAndViewChecks) {
+  const auto values = random_floats(512, -1, 1, 13);
+  const Shape nine(9, 2);
+  // Contiguous rank 9 merges into one dimension.
+  GpuView src = view(values, float32, nine);
+  GpuView dst = output(float32, nine);
+  run([&](Recorder& r) { record_copy(r, src, dst); });
+  EXPECT_EQ(read_vector<float>(dst.buffer, 512), values);
+  // Rank 9 that cannot merge (the transposed layout: no two dims adjacent in memory) is refused.
+  GpuView spread = src;
+  spread.strides = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  Recorder r(ctx());
+  EXPECT_THROW(record_copy(r, spread, dst), NotImplemented);
+  GpuView outside = src;
+  outside.offset = 1;  // the last element would be one past the buffer's 512 floats
+  EXPECT_THROW(record_copy(r, outside, dst), ValueError);
+  GpuView wrong = output(float32, {3});
+  EXPECT_THROW(record_copy(r, src, wrong), ShapeError);
+  EXPECT_THROW(record_copy(r, view(values, float64, {4}), output(float32, {4})), NotImplemented);
+}
+
+double unary_reference(UnaryOp op, double x) {
+  switch (op) {
+    case UnaryOp::neg:
+      return -x;
+    case UnaryOp::exp:
+      return std::exp(x);
+    case UnaryOp::log:
+      return std::log(x);
+    case UnaryOp::tanh:
+      return std::tanh(x);
+    case UnaryOp::relu:
+      return x > 0 ? x : 0;
+  }
+  return 0;
+}
+
+TEST_F(VulkanKernels, UnaryOps) {
+  struct Case {
+    UnaryOp op;
+    const char* name;
+    float lo, hi;
+  };
+  const Case cases[] = {{UnaryOp::neg, "neg", -5, 5},
+                        {UnaryOp::exp, "exp", -8, 8},
+                        {UnaryOp::log, "log", 0.01f, 100},
+                        {UnaryOp::tanh, "tanh", -40, 40},
+                        {UnaryOp::relu, "relu", -3, 3}};
+  uint32_t seed = 20;
+  for (const Case& c : cases) {
+    const auto values = random_floats(37 * 41, c.lo, c.hi, seed++);
+    // Contiguous, and a transposed view of the same buffer (the strided path).
+    const GpuView x = view(values, float32, {37, 41});
+    GpuView xt = x;
+    xt.shape = {41, 37};
+    xt.strides = {1, 41};
+    GpuView y = output(float32, {37, 41}), yt = output(float32, {41, 37});
+    run([&](Recorder& r) {
+      record_unary(r, c.op, x, y);
+      record_unary(r, c.op, xt, yt);
+    });
+    const auto got = read_vector<float>(y.buffer, values.size());
+    const auto got_t = read_vector<float>(yt.buffer, values.size());
+    for (int64_t i = 0; i < 37 * 41; ++i) {
+      const double want = unary_reference(c.op, values[i]);
+      ASSERT_NEAR(got[i], want, 1e-5 * std::abs(want) + 1e-6) << c.name << "(" << values[i] << ")";
+      const int64_t row = i / 37, col = i % 37;  // yt[row][col] = f(x[col][row])
+      const double want_t = unary_reference(c.op, values[col * 41 + row]);
+      ASSERT_NEAR(got_t[i], want_t, 1e-5 * std::abs(want_t) + 1e-6) << c.name << " transposed at " << i;
+    }
+  }
+}
+
+double binary_reference(BinaryOp op, double a, double b) {
+  switch (op) {
+    case BinaryOp::add:
+      return a + b;
+    case BinaryOp::sub:
+      return a - b;
+    case BinaryOp::mul:
+      return a * b;
+    case BinaryOp::div:
+      return a / b;
+    case BinaryOp::max:
+      return std::max(a, b);
+  }
+  return 0;
+}
+
+TEST_F(VulkanKernels, BinaryOpsWithBroadcasting) {
+  const std::pair<BinaryOp, const char*> ops[] = {{BinaryOp::add, "add"},
+                                                  {BinaryOp::sub, "sub"},
+                                                  {BinaryOp::mul, "mul"},
+                                                  {BinaryOp::div, "div"},
+                                                  {BinaryOp::max, "max"}};
+  auto a_values = random_floats(3 * 5, -3, 3, 30);
+  auto b_values = random_floats(4 * 5, 0.5f, 3, 31);
+  for (size_t i = 0; i < b_values.size(); i += 2) b_values[i] = -b_values[i];  // both signs, away from 0
+  const auto c_values = random_floats(3 * 4 * 5, -3, 3, 32);
+  const GpuView a = view(a_values, float32, {3, 1, 5});
+  const GpuView b = view(b_values, float32, {1, 4, 5});
+  const GpuView c = view(c_values, float32, {3, 4, 5});
+  GpuView scalar = view(std::vector<float>{1.75f}, float32, {1, 1, 1});
+  for (const auto& entry : ops) {
+    // Not a structured binding: clang 14 cannot capture one in a lambda.
+    const BinaryOp op = entry.first;
+    const char* name = entry.second;
+    GpuView ab = output(float32, {3, 4, 5}), cb = output(float32, {3, 4, 5}), cs = output(float32, {3, 4, 5});
+    run([&](Recorder& r) {
+      record_binary(r, op, a, b, ab);       // both broadcast
+      record_binary(r, op, c, ab, cb);      // contiguous, reading the previous result (a barrier)
+      record_binary(r, op, scalar, c, cs);  // a scalar on the left
+    });
+    const auto got_ab = read_vector<float>(ab.buffer, 60);
+    const auto got_cb = read_vector<float>(cb.buffer, 60);
+    const auto got_cs = read_vector<float>(cs.buffer, 60);
+    for (int64_t i = 0; i < 60; ++i) {
+      const int64_t i0 = i / 20, i1 = (i / 5) % 4, i2 = i % 5;
+      const double want_ab = binary_reference(op, a_values[i0 * 5 + i2], b_values[i1 * 5 + i2]);
+      ASSERT_NEAR(got_ab[i], want_ab, 1e-6 * std::abs(want_ab) + 1e-7) << name << " at " << i;
+      const double want_cb = binary_reference(op, c_values[i], got_ab[i]);
+      ASSERT_NEAR(got_cb[i], want_cb, 1e-6 * std::abs(want_cb) + 1e-7) << name << " at " << i;
+      const double want_cs = binary_reference(op, 1.75, c_values[i]);
+      ASSERT_NEAR(got_cs[i], want_cs, 1e-6 * std::abs(want_cs) + 1e-7) << name << " at " << i;
+    }
+  }
+  Recorder r(ctx());
+  EXPECT_THROW(
+      record_binary(r, BinaryOp::add, view(a_values, float32, {3, 5}), b, output(float32, {3, 4, 5})),
+      ShapeError);
+  EXPECT_THROW(record_binary(r, BinaryOp::add, view(a_values, float32, {3, 2, 5}, {}, 0), b,
+                             output(float32, {3, 4, 5})),
+               ShapeError);
+}
+
+TEST_F(VulkanKernels, BinaryMaxPropagatesNaN) {
+  const float nan = std::nanf("");
+  const GpuView a = view(std::vector<float>{nan, 1.0f, 2.0f, nan}, float32, {4});
+  const GpuView b = view(std::vector<float>{0.0f, nan, 1.0f, nan}, float32, {4});
+  GpuView y = output(float32, {4});
+  run([&](Recorder& r) { record_binary(r, BinaryOp::max, a, b, y); });
+  const auto got = read_vector<float>(y.buffer, 4);
+  EXPECT_TRUE(std::isnan(got[0]));
+  EXPECT_TRUE(std::isnan(got[1]));
+  EXPECT_EQ(got[2], 2.0f);
+  EXPECT_TRUE(std::isnan(got[3]));
+}
+
+TEST_F(VulkanKernels, SumOverTheLastAxis) {
+  struct Case {
+    int64_t rows, cols, row_stride;
+  };
+  // Short and long rows, a padded row stride, and more rows than one grid dimension holds.
+  const Case cases[] = {{7, 1000, 1000}, {300, 3, 3}, {5, 33, 40}, {2, 20000, 20000}, {66000, 2, 2}};
+  uint32_t seed = 40;
+  for (const Case& c : cases) {
+    const auto values = random_floats(c.rows * c.row_stride, -2, 2, seed++);
+    const GpuView x = view(values, float32, {c.rows, c.cols}, {c.row_stride, 1});
+    GpuView y = output(float32, {c.rows});
+    run([&](Recorder& r) { record_sum_last_axis(r, x, y); });
+    const auto got = read_vector<float>(y.buffer, c.rows);
+    for (int64_t row = 0; row < c.rows; ++row) {
+      double want = 0, magnitude = 0;
+      for (int64_t col = 0; col < c.cols; ++col) {
+        want += values[row * c.row_stride + col];
+        magnitude += std::abs(values[row * c.row_stride + col]);
+      }
+      ASSERT_NEAR(got[row], want, 1e-6 * magnitude + 1e-6) << c.rows << "x" << c.cols << " row " << row;
+    }
+  }
+  Recorder r(ctx());
+  const auto values = random_floats(12, -1, 1, 49);
+  EXPECT_THROW(record_sum_last_axis(r, view(values, float32, {3, 4}, {1, 3}), output(float32, {3})),
+               NotImplemented);
+  EXPECT_THROW(record_sum_last_axis(r, view(values, float32, {3, 4}), output(float32, {4})), ShapeError);
+}
+
+// c = a @ b in float64, a and b read through their strides.
+std::vector<double> matmul_reference(const std::vector<float>& a, const GpuView& av,
+                                     const std::vector<float>& b, const GpuView& bv,
+                                     std::vector<double>& magnitude) {
+  const size_t rank = av.shape.size();
+  const int64_t batch = rank == 3 ? av.shape[0] : 1, m = av.shape[rank - 2], k = av.shape[rank - 1],
+                n = bv.shape[rank - 1];
+  std::vector<double> c(batch * m * n, 0.0);
+  magnitude.assign(c.size(), 0.0);
+  for (int64_t p = 0; p < batch; ++p)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0, mag = 0;
+        for (int64_t q = 0; q < k; ++q) {
+          const int64_t ia = av.offset + (rank == 3 ? p * av.strides[0] : 0) + i * av.strides[rank - 2] +
+                             q * av.strides[rank - 1];
+          const int64_t ib = bv.offset + (rank == 3 ? p * bv.strides[0] : 0) + q * bv.strides[rank - 2] +
+                             j * bv.strides[rank - 1];
+          acc += double{a[ia]} * b[ib];
+          mag += std::abs(double{a[ia]} * b[ib]);
+        }
+        c[(p * m + i) * n + j] = acc;
+        magnitude[(p * m + i) * n + j] = mag;
+      }
+  return c;
+}
+
+TEST_F(VulkanKernels, MatmulTiledFloat32) {
+  struct Case {
+    const char* name;
+    int64_t batch, m, k, n;
+    bool transpose_b, broadcast_a;
+  };
+  const Case cases[] = {
+      {"small", 0, 37, 29, 53, false, false},
+      {"batched, b transposed", 3, 70, 45, 66, true, false},
+      {"a broadcast over the batch", 2, 65, 17, 129, false, true},
+      {"one row, one column", 0, 1, 300, 1, false, false},
+      {"128 tiles, ragged edges", 0, 520, 33, 515, false, false},
+  };
+  uint32_t seed = 50;
+  for (const Case& c : cases) {
+    const bool batched = c.batch > 0;
+    const int64_t batch = batched ? c.batch : 1;
+    const auto a_values = random_floats((c.broadcast_a ? 1 : batch) * c.m * c.k, -1, 1, seed++);
+    const auto b_values = random_floats(batch * c.k * c.n, -1, 1, seed++);
+    GpuView a = view(a_values, float32, batched ? Shape{batch, c.m, c.k} : Shape{c.m, c.k});
+    if (c.broadcast_a) a.strides[0] = 0;
+    GpuView b = view(b_values, float32, batched ? Shape{batch, c.k, c.n} : Shape{c.k, c.n});
+    if (c.transpose_b) {  // stored as [batch, n, k]
+      b.strides = {c.k * c.n, 1, c.k};
+    }
+    GpuView out = output(float32, batched ? Shape{batch, c.m, c.n} : Shape{c.m, c.n});
+    run([&](Recorder& r) { record_matmul(r, a, b, out); });
+    const auto got = read_vector<float>(out.buffer, batch * c.m * c.n);
+    std::vector<double> magnitude;
+    const auto want = matmul_reference(a_values, a, b_values, b, magnitude);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-6 * magnitude[i] + 1e-6) << c.name << " at " << i;
+  }
+  Recorder r(ctx());
+  const auto values = random_floats(64, -1, 1, 59);
+  EXPECT_THROW(
+      record_matmul(r, view(values, float32, {4, 8}), view(values, float32, {4, 8}), output(float32, {4, 8})),
+      ShapeError);
+}
+
+}  // namespace
+}  // namespace kiln::detail::vk

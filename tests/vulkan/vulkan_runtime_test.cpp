@@ -1,0 +1,400 @@
+// The Vulkan runtime: loader, device choice, memory, recorder (hazards, errors, threads) and the
+// pipeline cache (digests, disk). Runs on lavapipe in CI (KILN_VULKAN_ALLOW_CPU=1, set by ctest).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "kiln/core/error.h"
+#include "kiln/core/vulkan/runtime/kernels.h"
+#include "kiln/core/vulkan/runtime/pipeline_cache.h"
+#include "kiln/core/vulkan/runtime/recorder.h"
+#include "kiln/core/vulkan/runtime/shader_table.h"
+#include "vulkan_fixture.h"
+
+namespace kiln::detail::vk {
+namespace {
+
+using testing::random_floats;
+using testing::VulkanTest;
+
+// Options like the environment's, with a folder of this test's own for the pipeline cache.
+ContextOptions private_options(const std::string& cache_name = "") {
+  ContextOptions o = ContextOptions::from_env();
+  o.cache_dir = cache_name.empty() ? "" : (std::filesystem::temp_directory_path() / cache_name).string();
+  return o;
+}
+
+// Records y = x (copy_u32) over n floats.
+void record_copy_floats(Recorder& r, const BufferPtr& x, const BufferPtr& y, int64_t n) {
+  record_copy(r, GpuView::contiguous(x, float32, {n}), GpuView::contiguous(y, float32, {n}));
+}
+
+TEST(VulkanLoader, MissingLoaderIsAReasonNotACrash) {
+  ContextOptions o;
+  o.loader = "libkiln-no-such-vulkan.so.1";
+  const Availability a = probe(o);
+  EXPECT_FALSE(a.available);
+  EXPECT_NE(a.reason.find("libkiln-no-such-vulkan.so.1"), std::string::npos) << a.reason;
+  try {
+    Context::create(o);
+    FAIL() << "a context without a loader";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("[vulkan] cannot load the Vulkan loader"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(VulkanTest, CpuDeviceOnlyWhenAllowed) {
+  ContextOptions o = private_options();
+  o.allow_cpu = false;
+  o.device_index = -1;
+  const Availability strict = probe(o);
+  o.allow_cpu = true;
+  const Availability lax = probe(o);
+  ASSERT_TRUE(lax.available) << lax.reason;
+  if (strict.available) {
+    EXPECT_FALSE(strict.is_cpu) << strict.device_name;  // a real GPU is preferred
+  } else {
+    EXPECT_TRUE(lax.is_cpu);
+    EXPECT_NE(strict.reason.find("KILN_VULKAN_ALLOW_CPU=1"), std::string::npos) << strict.reason;
+    o.allow_cpu = false;
+    EXPECT_THROW(Context::create(o), DeviceError);
+  }
+}
+
+TEST_F(VulkanTest, ExplicitDeviceIndexIsChecked) {
+  ContextOptions o = private_options();
+  o.device_index = 999;
+  try {
+    Context::create(o);
+    FAIL() << "device 999 exists";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("no such Vulkan device"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(VulkanTest, CapsAreRecorded) {
+  const DeviceCaps& c = ctx().caps();
+  EXPECT_FALSE(c.name.empty());
+  EXPECT_GT(c.subgroup_size, 0u);
+  EXPECT_TRUE(std::has_single_bit(c.subgroup_size)) << c.subgroup_size;
+  EXPECT_GE(c.max_workgroup_invocations, 128u);
+  EXPECT_GE(c.max_push_constants, Context::kPushConstantBytes);
+  EXPECT_TRUE(c.timeline_semaphore);
+  EXPECT_GT(c.max_storage_buffer_range, 0u);
+  EXPECT_GT(c.device_local_heap_size, 0u);
+  if (c.is_cpu()) {
+    EXPECT_TRUE(c.unified_memory) << "lavapipe's memory is the host's";
+  }
+}
+
+TEST_F(VulkanTest, ExistingContextIsTheCreatedOne) {
+  EXPECT_EQ(existing_context(), &ctx());  // SetUp created it
+}
+
+TEST_F(VulkanTest, ContextIsCreatedOnceAcrossThreads) {
+  std::vector<Context*> seen(8);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < seen.size(); ++i) threads.emplace_back([&, i] { seen[i] = &context(); });
+  for (auto& t : threads) t.join();
+  for (Context* c : seen) EXPECT_EQ(c, &ctx());
+}
+
+TEST_F(VulkanTest, UploadAndReadbackRoundTrip) {
+  const auto values = random_floats(1000, -5, 5, 1);
+  BufferPtr b = upload_vector(values);
+  EXPECT_EQ(read_vector<float>(b, values.size()), values);
+  // A sub-range at an offset.
+  const std::vector<float> patch = random_floats(10, 7, 9, 2);
+  upload(ctx(), b, patch.data(), patch.size() * 4, 100 * 4);
+  std::vector<float> back(10);
+  readback(ctx(), b, back.data(), back.size() * 4, 100 * 4);
+  EXPECT_EQ(back, patch);
+  EXPECT_THROW(upload(ctx(), b, patch.data(), 8, b->capacity() - 4), ValueError);
+}
+
+TEST_F(VulkanTest, StagingPathRoundTrip) {
+  ContextOptions o = private_options();
+  o.force_staging = true;
+  auto staged = Context::create(o);
+  EXPECT_FALSE(staged->caps().unified_memory);
+  EXPECT_FALSE(staged->allocator().mapped());
+  {
+    const auto values = random_floats(5000, -1, 1, 3);
+    BufferPtr x = staged->allocator().allocate(values.size() * 4);
+    BufferPtr y = staged->allocator().allocate(values.size() * 4);
+    EXPECT_EQ(x->mapped(), nullptr);
+    upload(*staged, x, values.data(), values.size() * 4);
+    Recorder r(*staged);
+    record_copy_floats(r, x, y, static_cast<int64_t>(values.size()));
+    r.submit_and_wait();
+    std::vector<float> back(values.size());
+    readback(*staged, y, back.data(), back.size() * 4);
+    EXPECT_EQ(back, values);
+    EXPECT_GT(staged->staging_allocator().counters().cache_bytes, 0u);  // staging blocks are reused
+  }
+}
+
+TEST_F(VulkanTest, AllocatorCachesAndCounts) {
+  auto own = Context::create(private_options());
+  DeviceAllocator& alloc = own->allocator();
+  const size_t align = std::max<size_t>(256, own->caps().min_storage_offset_alignment);
+  VkBuffer first_buffer;
+  VkDeviceSize first_offset;
+  {
+    BufferPtr a = alloc.allocate(1000);
+    BufferPtr b = alloc.allocate(3000);
+    EXPECT_EQ(a->capacity(), 1024u);
+    EXPECT_EQ(b->capacity(), 4096u);
+    EXPECT_EQ(a->offset() % align, 0u);
+    EXPECT_EQ(b->offset() % align, 0u);
+    EXPECT_NE(a->id(), b->id());
+    EXPECT_EQ(alloc.counters().active_bytes, 1024u + 4096u);
+    first_buffer = a->buffer();
+    first_offset = a->offset();
+  }
+  MemoryCounters c = alloc.counters();
+  EXPECT_EQ(c.active_bytes, 0u);
+  EXPECT_EQ(c.peak_bytes, 1024u + 4096u);
+  EXPECT_EQ(c.cache_bytes, 1024u + 4096u);
+  const size_t allocations = c.allocations;
+  {
+    BufferPtr again = alloc.allocate(900);  // same size class: the cached block comes back
+    EXPECT_EQ(again->buffer(), first_buffer);
+    EXPECT_EQ(again->offset(), first_offset);
+    BufferPtr big = alloc.allocate(DeviceAllocator::kMaxPooledBytes + 1);  // a buffer of its own
+    EXPECT_EQ(big->offset(), 0u);
+    EXPECT_GE(big->capacity(), DeviceAllocator::kMaxPooledBytes + 1);
+  }
+  EXPECT_EQ(alloc.counters().allocations, allocations + 1);  // only the big buffer was new
+  {
+    BufferPtr big = alloc.allocate(DeviceAllocator::kMaxPooledBytes + 100);  // the cached big one
+    EXPECT_EQ(alloc.counters().allocations, allocations + 1);
+  }
+  alloc.reset_peak();
+  EXPECT_EQ(alloc.counters().peak_bytes, 0u);
+  alloc.clear_cache();
+  c = alloc.counters();
+  EXPECT_EQ(c.cache_bytes, 0u);
+  EXPECT_EQ(c.reserved_bytes, 0u);
+}
+
+TEST_F(VulkanTest, BadAllocationsAreErrors) {
+  EXPECT_THROW(ctx().allocator().allocate(0), ValueError);
+  const size_t too_big = size_t{ctx().caps().max_storage_buffer_range} + 1;
+  try {
+    ctx().allocator().allocate(too_big);
+    FAIL() << "allocated past maxStorageBufferRange";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("too large"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(VulkanTest, BarriersOnlyOnHazards) {
+  const int64_t n = 4096;
+  const auto values = random_floats(n, -3, 3, 4);
+  BufferPtr x = upload_vector(values);
+  BufferPtr y = ctx().allocator().allocate(n * 4), z = ctx().allocator().allocate(n * 4);
+  BufferPtr w = ctx().allocator().allocate(n * 4);
+  Recorder r(ctx());
+  record_copy_floats(r, x, y, n);  // y = x
+  record_copy_floats(r, x, z, n);  // reads x again: no hazard
+  EXPECT_EQ(r.barriers(), 0u);
+  record_copy_floats(r, y, w, n);  // reads y written above: read after write
+  EXPECT_EQ(r.barriers(), 1u);
+  record_copy_floats(r, z, x, n);  // x was only read, and before the barrier: none
+  EXPECT_EQ(r.barriers(), 1u);
+  record_copy_floats(r, w, z, n);  // reads w (written since the barrier) and writes z: barrier
+  EXPECT_EQ(r.barriers(), 2u);
+  record_copy_floats(r, y, w, n);  // writes w, read by the previous dispatch: write after read
+  EXPECT_EQ(r.barriers(), 3u);
+  EXPECT_EQ(r.pending(), 6u);
+  r.submit_and_wait();
+  EXPECT_EQ(r.pending(), 0u);
+  for (const BufferPtr& b : {x, y, z, w}) EXPECT_EQ(read_vector<float>(b, n), values);
+}
+
+TEST_F(VulkanTest, RecorderDiscardsUnsubmittedWork) {
+  const size_t active = ctx().allocator().counters().active_bytes;
+  {
+    BufferPtr x = upload_vector(random_floats(64, 0, 1, 5));
+    BufferPtr y = ctx().allocator().allocate(64 * 4);
+    Recorder r(ctx());
+    record_copy_floats(r, x, y, 64);
+  }  // never submitted: the recorder lets the buffers go
+  EXPECT_EQ(ctx().allocator().counters().active_bytes, active);
+  Recorder empty(ctx());
+  EXPECT_NO_THROW(empty.submit_and_wait());
+}
+
+TEST_F(VulkanTest, SubmitFailureIsAnErrorOnTheCallingThread) {
+  const auto values = random_floats(256, -1, 1, 6);
+  BufferPtr x = upload_vector(values);
+  BufferPtr y = ctx().allocator().allocate(256 * 4);
+  Recorder r(ctx());
+  record_copy_floats(r, x, y, 256);
+  ctx().inject_submit_failure_for_testing(VK_ERROR_OUT_OF_DEVICE_MEMORY);
+  try {
+    r.submit_and_wait();
+    FAIL() << "the injected failure did not surface";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("VK_ERROR_OUT_OF_DEVICE_MEMORY"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(ctx().lost());
+  EXPECT_EQ(r.pending(), 0u);
+  record_copy_floats(r, x, y, 256);  // the recorder and the context still work
+  r.submit_and_wait();
+  EXPECT_EQ(read_vector<float>(y, 256), values);
+}
+
+TEST_F(VulkanTest, DeviceLostPoisonsTheContext) {
+  auto own = Context::create(private_options());
+  {
+    BufferPtr x = own->allocator().allocate(1024);
+    BufferPtr y = own->allocator().allocate(1024);
+    Recorder r(*own);
+    record_copy_floats(r, x, y, 256);
+    own->inject_submit_failure_for_testing(VK_ERROR_DEVICE_LOST);
+    EXPECT_THROW(r.submit_and_wait(), DeviceError);
+    EXPECT_TRUE(own->lost());
+    EXPECT_THROW(record_copy_floats(r, x, y, 256), DeviceError);
+  }
+  try {
+    own->allocator().allocate(64);
+    FAIL() << "allocated on a lost device";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("lost"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(VulkanTest, ThreadsRecordAndSubmitAtOnce) {
+  // Several threads share one read-only input and each runs its own evaluations.
+  const int64_t n = 2048;
+  const auto shared_values = random_floats(n, -2, 2, 7);
+  BufferPtr shared = upload_vector(shared_values);
+  constexpr int kThreads = 4, kIterations = 12;
+  std::vector<int> failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int it = 0; it < kIterations; ++it) {
+        const auto mine = random_floats(n, -2, 2, 100 + t * kIterations + it);
+        BufferPtr x = ctx().allocator().allocate(n * 4);
+        BufferPtr y = ctx().allocator().allocate(n * 4);
+        upload(ctx(), x, mine.data(), n * 4);
+        Recorder r(ctx());
+        const GpuView vs = GpuView::contiguous(shared, float32, {n});
+        const GpuView vx = GpuView::contiguous(x, float32, {n}), vy = GpuView::contiguous(y, float32, {n});
+        record_binary(r, BinaryOp::mul, vs, vx, vy);
+        record_binary(r, BinaryOp::add, vy, vs, vy);  // in place, after a barrier
+        r.submit_and_wait();
+        std::vector<float> back(n);
+        readback(ctx(), y, back.data(), n * 4);
+        for (int64_t i = 0; i < n; ++i)
+          if (back[i] != shared_values[i] * mine[i] + shared_values[i]) ++failures[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+}
+
+TEST_F(VulkanTest, PipelinesAreCachedByDigest) {
+  auto own = Context::create(private_options());
+  PipelineCache& cache = own->pipelines();
+  const ShaderCode& unary = builtin_shader("unary");
+  const uint32_t spec_a[] = {64, 1, 0}, spec_b[] = {64, 2, 0};
+  const Pipeline& p1 = cache.get({&unary, spec_a, 2});
+  const Pipeline& p2 = cache.get({&unary, spec_a, 2});
+  EXPECT_EQ(&p1, &p2);
+  EXPECT_EQ(cache.created(), 1u);
+  const Pipeline& p3 = cache.get({&unary, spec_b, 2});
+  EXPECT_NE(p3.pipeline, p1.pipeline);
+  EXPECT_EQ(cache.created(), 2u);
+  EXPECT_THROW(builtin_shader("no_such_shader"), NotImplemented);
+}
+
+TEST_F(VulkanTest, PipelineCreationIsThreadSafe) {
+  auto own = Context::create(private_options());
+  const ShaderCode& binary = builtin_shader("binary");
+  const uint32_t spec[] = {128, 3, 1};
+  std::vector<const Pipeline*> seen(6);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < seen.size(); ++i)
+    threads.emplace_back([&, i] { seen[i] = &own->pipelines().get({&binary, spec, 3}); });
+  for (auto& t : threads) t.join();
+  for (const Pipeline* p : seen) EXPECT_EQ(p, seen[0]);
+  EXPECT_EQ(own->pipelines().created(), 1u);
+}
+
+TEST_F(VulkanTest, PipelineCacheOnDiskWarmsTheNextContext) {
+  const std::string dir_name = "kiln_vulkan_cache_test_" + std::to_string(::getpid());
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / dir_name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::path file;
+  {
+    auto first = Context::create(private_options(dir_name));
+    EXPECT_EQ(first->pipelines().loaded_bytes(), 0u);
+    file = first->pipelines().path();
+    const ShaderCode& unary = builtin_shader("unary");
+    const uint32_t spec[] = {64, 3, 1};
+    first->pipelines().get({&unary, spec, 2});
+    EXPECT_TRUE(first->pipelines().save());
+    EXPECT_FALSE(first->pipelines().save());  // nothing new since
+  }
+  ASSERT_TRUE(std::filesystem::exists(file));
+  EXPECT_GE(std::filesystem::file_size(file), sizeof(VkPipelineCacheHeaderVersionOne));
+  for (const auto& e : std::filesystem::directory_iterator(dir))  // no temporary file is left
+    EXPECT_EQ(e.path(), file);
+  {
+    auto second = Context::create(private_options(dir_name));
+    EXPECT_EQ(second->pipelines().loaded_bytes(), std::filesystem::file_size(file));
+  }
+  {
+    std::ofstream(file, std::ios::binary | std::ios::trunc)
+        << "not a pipeline cache, but long enough to be read";
+    auto third = Context::create(private_options(dir_name));
+    EXPECT_EQ(third->pipelines().loaded_bytes(), 0u);  // rejected, and the context works
+    const ShaderCode& unary = builtin_shader("unary");
+    const uint32_t spec[] = {64, 3, 1};
+    EXPECT_NE(third->pipelines().get({&unary, spec, 2}).pipeline, VK_NULL_HANDLE);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(VulkanShaders, TableHoldsEveryVariantAndTheCommonGlsl) {
+  std::set<std::string_view> names;
+  for (const EmbeddedShader& s : embedded_shaders()) {
+    EXPECT_TRUE(names.insert(s.name).second) << s.name;
+    ASSERT_GT(s.spirv.size(), 5u) << s.name;
+    EXPECT_EQ(s.spirv[0], 0x07230203u) << s.name;  // the SPIR-V magic number
+  }
+  for (const char* name : {"copy_u32", "copy_u16", "cast_f32_f16", "cast_i32_f32", "unary", "binary",
+                           "reduce_sum_rows", "matmul_f32_t64", "matmul_f32_t128"})
+    EXPECT_TRUE(names.count(name)) << name;
+  bool found = false;
+  for (const EmbeddedGlsl& g : embedded_glsl())
+    if (g.path == "common/elementwise_ops.glsl")
+      found = g.text.find("float kiln_tanh(float x)") != std::string::npos;
+  EXPECT_TRUE(found);
+}
+
+TEST_F(VulkanTest, LinearGroupsSplitPastTheDeviceLimit) {
+  const uint32_t max_x = ctx().caps().max_workgroup_count[0];
+  const Groups small = Groups::linear(10, ctx());
+  EXPECT_EQ(small.x, 10u);
+  EXPECT_EQ(small.y, 1u);
+  const uint64_t n = uint64_t{max_x} * 3 + 7;
+  const Groups big = Groups::linear(n, ctx());
+  EXPECT_LE(big.x, max_x);
+  EXPECT_GE(uint64_t{big.x} * big.y, n);
+}
+
+}  // namespace
+}  // namespace kiln::detail::vk
