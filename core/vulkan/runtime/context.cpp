@@ -12,6 +12,23 @@
 namespace kiln::detail::vk {
 namespace {
 
+// The feature structs kiln reads and enables, linked: features -> 1.2 -> 1.1. Used to query what
+// a device has and to enable it at device creation. Not copyable: the links point inside it.
+struct FeatureChain {
+  VkPhysicalDeviceVulkan11Features f11{};
+  VkPhysicalDeviceVulkan12Features f12{};
+  VkPhysicalDeviceFeatures2 features{};
+  FeatureChain() {
+    f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+    f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+    f12.pNext = &f11;
+    features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+    features.pNext = &f12;
+  }
+  FeatureChain(const FeatureChain&) = delete;
+  FeatureChain& operator=(const FeatureChain&) = delete;
+};
+
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
   return v && std::strcmp(v, "1") == 0;
@@ -159,23 +176,15 @@ DeviceCaps read_caps(const VulkanApi& api, VkPhysicalDevice pd) {
   c.max_storage_buffer_range = l.maxStorageBufferRange;
   c.max_allocation_size = p11.maxMemoryAllocationSize;
 
-  VkPhysicalDeviceVulkan11Features f11{};
-
-  f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
-  VkPhysicalDeviceVulkan12Features f12{};
-  f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-  f12.pNext = &f11;
-  VkPhysicalDeviceFeatures2 f{};
-  f.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-  f.pNext = &f12;
-  api.vkGetPhysicalDeviceFeatures2(pd, &f);
-  c.float16 = f12.shaderFloat16;
-  c.int8 = f12.shaderInt8;
-  c.int64 = f.features.shaderInt64;
-  c.storage16 = f11.storageBuffer16BitAccess;
-  c.timeline_semaphore = f12.timelineSemaphore;
-  c.buffer_device_address = f12.bufferDeviceAddress;
-  c.vulkan_memory_model = f12.vulkanMemoryModel;
+  FeatureChain f;
+  api.vkGetPhysicalDeviceFeatures2(pd, &f.features);
+  c.float16 = f.f12.shaderFloat16;
+  c.int8 = f.f12.shaderInt8;
+  c.int64 = f.features.features.shaderInt64;
+  c.storage16 = f.f11.storageBuffer16BitAccess;
+  c.timeline_semaphore = f.f12.timelineSemaphore;
+  c.buffer_device_address = f.f12.bufferDeviceAddress;
+  c.vulkan_memory_model = f.f12.vulkanMemoryModel;
 
   VkPhysicalDeviceMemoryProperties mem;
   api.vkGetPhysicalDeviceMemoryProperties(pd, &mem);
@@ -269,21 +278,14 @@ Context::Context(const ContextOptions& options) : options_(options) {
     queue_family_ = static_cast<uint32_t>(family);
 
     // Enable what the device has among the features kernels may use.
-    VkPhysicalDeviceVulkan11Features f11{};
-    f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
-    VkPhysicalDeviceVulkan12Features f12{};
-    f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-    f12.pNext = &f11;
-    VkPhysicalDeviceFeatures2 features{};
-    features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-    features.pNext = &f12;
-    f11.storageBuffer16BitAccess = caps_.storage16;
-    f12.timelineSemaphore = VK_TRUE;
-    f12.shaderFloat16 = caps_.float16;
-    f12.shaderInt8 = caps_.int8;
-    f12.bufferDeviceAddress = caps_.buffer_device_address;
-    f12.vulkanMemoryModel = caps_.vulkan_memory_model;
-    features.features.shaderInt64 = caps_.int64;
+    FeatureChain enabled;
+    enabled.f11.storageBuffer16BitAccess = caps_.storage16;
+    enabled.f12.timelineSemaphore = VK_TRUE;
+    enabled.f12.shaderFloat16 = caps_.float16;
+    enabled.f12.shaderInt8 = caps_.int8;
+    enabled.f12.bufferDeviceAddress = caps_.buffer_device_address;
+    enabled.f12.vulkanMemoryModel = caps_.vulkan_memory_model;
+    enabled.features.features.shaderInt64 = caps_.int64;
 
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue_info{};
@@ -293,7 +295,7 @@ Context::Context(const ContextOptions& options) : options_(options) {
     queue_info.pQueuePriorities = &priority;
     VkDeviceCreateInfo device_info{};
     device_info.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
-    device_info.pNext = &features;
+    device_info.pNext = &enabled.features;
     device_info.queueCreateInfoCount = 1;
     device_info.pQueueCreateInfos = &queue_info;
     check(api_->vkCreateDevice(physical_, &device_info, nullptr, &device_), "vkCreateDevice");
