@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
 namespace {
@@ -103,16 +104,72 @@ CachingAllocator& allocator() {
 
 }  // namespace
 
-MemoryStats memory_stats() { return allocator().stats(); }
-void reset_peak_memory() { allocator().reset_peak(); }
-void clear_cache() { allocator().clear(); }
+MemoryStats memory_stats() {
+  MemoryStats s = allocator().stats();
+  const gpu::MemoryCounters d = gpu::memory_counters();
+  s.device_active_bytes = d.active_bytes;
+  s.device_peak_bytes = d.peak_bytes;
+  s.device_cache_bytes = d.cache_bytes;
+  s.device_reserved_bytes = d.reserved_bytes;
+  return s;
+}
+void reset_peak_memory() {
+  allocator().reset_peak();
+  gpu::reset_peak_memory();
+}
+void clear_cache() {
+  allocator().clear();
+  gpu::clear_cache();
+}
 size_t set_cache_limit(size_t bytes) { return allocator().set_limit(bytes); }
 
 namespace detail {
-Buffer::Buffer(size_t bytes) : ptr_(nullptr), bytes_(round_size(bytes)) {
-  ptr_ = allocator().allocate(bytes_);
+Buffer::Buffer(size_t bytes) : bytes_(bytes), host_size_(round_size(bytes)) {
+  host_.store(allocator().allocate(host_size_), std::memory_order_relaxed);
 }
-Buffer::~Buffer() { allocator().release(ptr_, bytes_); }
+
+Buffer::Buffer(std::shared_ptr<vk::DeviceBuffer> device, size_t bytes)
+    : bytes_(bytes), device_(std::move(device)) {
+  has_device_.store(true, std::memory_order_relaxed);
+}
+
+Buffer::~Buffer() {
+  if (void* p = host_.load(std::memory_order_relaxed)) allocator().release(p, host_size_);
+}
+
+void* Buffer::download() const {
+  std::lock_guard lock(mirror_mutex_);
+  if (void* p = host_.load(std::memory_order_acquire)) return p;  // another thread made it meanwhile
+  const size_t size = round_size(bytes_);
+  void* p = allocator().allocate(size);
+  try {
+    gpu::download(*device_, p, bytes_);
+  } catch (...) {
+    allocator().release(p, size);
+    throw;
+  }
+  host_size_ = size;
+  host_.store(p, std::memory_order_release);
+  return p;
+}
+
+const std::shared_ptr<vk::DeviceBuffer>& Buffer::device() const {
+  if (has_device_.load(std::memory_order_acquire)) return device_;
+  std::lock_guard lock(mirror_mutex_);
+  if (!has_device_.load(std::memory_order_relaxed)) {
+    device_ = gpu::upload(host_.load(std::memory_order_acquire), bytes_);
+    has_device_.store(true, std::memory_order_release);
+  }
+  return device_;
+}
+
+void Buffer::drop_device_copy() {
+  if (!host_.load(std::memory_order_acquire)) return;  // the device holds the only copy
+  std::lock_guard lock(mirror_mutex_);
+  has_device_.store(false, std::memory_order_release);
+  device_.reset();
+}
+
 std::shared_ptr<Buffer> allocate(size_t bytes) { return std::make_shared<Buffer>(bytes); }
 }  // namespace detail
 

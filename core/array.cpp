@@ -74,6 +74,15 @@ void Array::allocate() {
   node_->row_contiguous = true;
 }
 
+void detail::set_buffer(Array& a, std::shared_ptr<Buffer> buffer) {
+  ArrayNode& n = a.node();
+  check_not_evaluated(n, "allocate");
+  n.buffer = std::move(buffer);
+  n.offset = 0;
+  n.strides = row_major_strides(n.shape);
+  n.row_contiguous = true;
+}
+
 void Array::set_view(const Array& source, Strides strides, int64_t offset) {
   check_not_evaluated(*node_, "set_view");
   node_->buffer = source.node_->buffer;
@@ -92,11 +101,13 @@ bool Array::donate_from(const Array& source) {
   const auto& src = *source.node_;
   // One reference to the node (the consumer's input list) and one to the buffer: nobody else can
   // see the values, so overwriting them in place is safe.
-  if (source.node_.use_count() != 1 || !src.buffer || src.buffer.use_count() != 1) return false;
+  if (source.node_.use_count() != 1 || !src.buffer || src.buffer.use_count() != 1 || !src.buffer->on_host())
+    return false;
   if (src.tracer || !src.row_contiguous || src.dtype != node_->dtype || src.size != node_->size ||
       src.offset != 0)
     return false;
   acquire_sole_ownership(source.node_);  // threads that read the values, then dropped the array
+  src.buffer->drop_device_copy();        // its host bytes are about to change
   node_->buffer = src.buffer;            // (copying it acquires, likewise, views that shared it)
   node_->offset = 0;
   node_->strides = row_major_strides(node_->shape);

@@ -220,6 +220,10 @@ class TraceScope {
   TraceScope& operator=(const TraceScope&) = delete;
 };
 
+/// Gives an output being computed this row-major storage (the gpu facade's allocate). Throws
+/// RuntimeError on an evaluated array.
+void set_buffer(Array& a, std::shared_ptr<Buffer> buffer);
+
 /// Copies `n` values of dtype `src` into `dst` of dtype `dst_t` (both dense).
 void convert_values(const void* src, Dtype src_t, void* dst, Dtype dst_t, int64_t n);
 

@@ -1,10 +1,18 @@
 // eval: iterative topological order, then each node computed once, even when several threads
 // evaluate overlapping graphs (a node is claimed with one atomic before it runs).
+//
+// GPU nodes record their kernels into this thread's recorder (the gpu facade) and stay claimed
+// ("running") until it is submitted and has completed: only then are they published, so another
+// thread never reads an array whose work has not been submitted. The recorder is submitted once at
+// the end of eval, and earlier only where the host needs GPU results: before a CPU primitive reads
+// a GPU-only buffer, and before this thread waits for a node another thread is computing (which
+// might in turn wait for one of ours).
 #include <mutex>
 #include <unordered_set>
 
 #include "kiln/core/array.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
 namespace detail {
@@ -48,6 +56,53 @@ std::vector<std::shared_ptr<ArrayNode>> build_tape(std::span<const Array> output
   return tape;
 }
 
+// GPU nodes recorded by this thread and not yet published, with whether to keep their graph.
+struct Deferred {
+  std::shared_ptr<ArrayNode> node;
+  bool keep;
+};
+thread_local std::vector<Deferred> tls_deferred;
+
+void release_claims(std::vector<Deferred>& deferred) noexcept {
+  for (Deferred& d : deferred) {
+    std::atomic<NodeState>& word = d.node->claim_word();
+    word.store(NodeState::unevaluated, std::memory_order_release);
+    word.notify_all();
+  }
+  deferred.clear();
+}
+
+void publish(ArrayNode& n, bool keep_graph);
+
+void publish_outputs(const std::shared_ptr<ArrayNode>& node, bool keep) {
+  for (Array& o : Array(node).outputs()) publish(o.node(), keep);
+  if (const std::shared_ptr<SiblingGroup>& group = node->group) {
+    group->state.store(NodeState::available, std::memory_order_release);
+    group->state.notify_all();
+  }
+}
+
+// Submits this thread's GPU work, waits for it and publishes the nodes it computed. On a device
+// error the nodes go back to unevaluated (a later eval retries them) and the error propagates.
+void flush_gpu() {
+  if (tls_deferred.empty() && !gpu::has_pending()) return;
+  std::vector<Deferred> deferred;
+  deferred.swap(tls_deferred);
+  try {
+    gpu::submit_pending();
+  } catch (...) {
+    release_claims(deferred);
+    throw;
+  }
+  for (Deferred& d : deferred) publish_outputs(d.node, d.keep);
+}
+
+// Abandons this thread's recorded GPU work after an error in the eval that recorded it.
+void abandon_gpu() noexcept {
+  gpu::discard_pending();
+  release_claims(tls_deferred);
+}
+
 void wait_available(std::atomic<NodeState>& word) {
   for (NodeState s = word.load(std::memory_order_acquire); s != NodeState::available;
        s = word.load(std::memory_order_acquire)) {
@@ -77,6 +132,7 @@ void run_node(const std::shared_ptr<ArrayNode>& node) {
     if (word.load(std::memory_order_acquire) == NodeState::available || is_done(*node)) return;
     NodeState expected = NodeState::unevaluated;
     if (!word.compare_exchange_strong(expected, NodeState::running, std::memory_order_acq_rel)) {
+      flush_gpu();           // the other thread may be waiting for nodes this one recorded
       wait_available(word);  // another thread is computing it
       if (is_done(*node)) return;
       continue;
@@ -87,18 +143,30 @@ void run_node(const std::shared_ptr<ArrayNode>& node) {
     // passing the node's own input list keeps use counts exact for buffer donation.
     const std::shared_ptr<SiblingGroup> group = node->group;
     const Primitive* primitive = node->primitive.get();
+    const bool on_gpu = primitive && primitive->device().type == Device::Type::gpu;
     try {
       if (!primitive) throw RuntimeError::of("eval", "array has no data and no primitive to compute it");
-      if (primitive->device().type == Device::Type::cpu)
-        primitive->eval_cpu(node->inputs, outputs);
-      else
+      if (on_gpu) {
         primitive->eval_gpu(node->inputs, outputs);
+      } else {
+        if (gpu::has_pending() || !tls_deferred.empty())
+          for (const Array& in : node->inputs)
+            if (!in.node().buffer->on_host()) {
+              flush_gpu();  // the CPU reads what this thread's recorded kernels write
+              break;
+            }
+        primitive->eval_cpu(node->inputs, outputs);
+      }
     } catch (...) {
       word.store(NodeState::unevaluated, std::memory_order_release);
       word.notify_all();
       throw;
     }
     const bool keep = node->tracer && in_trace();
+    if (on_gpu) {
+      tls_deferred.push_back({node, keep});
+      return;
+    }
     for (Array& o : outputs) publish(o.node(), keep);
     if (group) {
       group->state.store(NodeState::available, std::memory_order_release);
@@ -118,9 +186,15 @@ TraceScope::~TraceScope() { --tls_trace_depth; }
 
 void eval(std::span<const Array> arrays) {
   auto tape = detail::build_tape(arrays);
-  for (auto& node : tape) {
-    detail::run_node(node);
-    node.reset();  // consumers hold it now; once they have run, its buffer can be reused
+  try {
+    for (auto& node : tape) {
+      detail::run_node(node);
+      node.reset();  // consumers hold it now; once they have run, its buffer can be reused
+    }
+    detail::flush_gpu();
+  } catch (...) {
+    detail::abandon_gpu();
+    throw;
   }
 }
 

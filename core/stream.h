@@ -25,7 +25,10 @@ struct Stream {
 /// Where an op runs: nothing (the default device's stream), a device, or a stream.
 using StreamOrDevice = std::variant<std::monostate, Stream, Device>;
 
-/// The default device: KILN_DEVICE=cpu|gpu overrides; without a GPU backend it is the CPU.
+/// Whether arrays can be computed on `d`: always for the CPU; for the GPU, when kiln was built with
+/// Vulkan and a device exists (a CPU-type one only with KILN_VULKAN_ALLOW_CPU=1). Never throws.
+bool is_available(Device d);
+/// The default device: the CPU unless KILN_DEVICE=gpu or set_default_device says otherwise.
 Device default_device();
 /// Sets the default device for this process (throws DeviceError if it is unavailable).
 void set_default_device(Device d);

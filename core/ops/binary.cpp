@@ -17,6 +17,7 @@ struct Add : BinaryOp<Add> {
   using BinaryOp::BinaryOp;
   static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Add";
+  static constexpr gpu::BinaryKernel kGpuKernel = gpu::BinaryKernel::add;
   static constexpr TileOp kTileOp = TileOp::add;
   static constexpr const char* kOpName = "add";
   static constexpr DtypeSet kTypes = kNumericTypes;
@@ -30,6 +31,7 @@ struct Subtract : BinaryOp<Subtract> {
   using BinaryOp::BinaryOp;
   static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Subtract";
+  static constexpr gpu::BinaryKernel kGpuKernel = gpu::BinaryKernel::subtract;
   static constexpr TileOp kTileOp = TileOp::subtract;
   static constexpr const char* kOpName = "subtract";
   static constexpr DtypeSet kTypes = kNumericTypes;
@@ -45,6 +47,7 @@ struct Multiply : BinaryOp<Multiply> {
   using BinaryOp::BinaryOp;
   static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Multiply";
+  static constexpr gpu::BinaryKernel kGpuKernel = gpu::BinaryKernel::multiply;
   static constexpr TileOp kTileOp = TileOp::multiply;
   static constexpr const char* kOpName = "multiply";
   static constexpr DtypeSet kTypes = kNumericTypes;
@@ -58,6 +61,7 @@ struct Divide : BinaryOp<Divide> {
   using BinaryOp::BinaryOp;
   static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Divide";
+  static constexpr gpu::BinaryKernel kGpuKernel = gpu::BinaryKernel::divide;
   static constexpr TileOp kTileOp = TileOp::divide;
   static constexpr const char* kOpName = "divide";
   static constexpr DtypeSet kTypes = kFloatTypes;
@@ -96,6 +100,7 @@ struct Power : BinaryOp<Power> {
 struct Maximum : BinaryOp<Maximum> {
   using BinaryOp::BinaryOp;
   static constexpr const char* kName = "Maximum";
+  static constexpr gpu::BinaryKernel kGpuKernel = gpu::BinaryKernel::maximum;
   static constexpr const char* kOpName = "maximum";
   static constexpr DtypeSet kTypes = kAllTypes;
   template <class T>

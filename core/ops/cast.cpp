@@ -2,6 +2,7 @@
 
 #include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/elementwise_impl.h"
+#include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
 namespace detail {
@@ -24,6 +25,7 @@ class AsType final : public PrimitiveWithParams<AsType>, public BlockKernel {
       });
     });
   }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override { gpu::copy(in[0], out[0]); }
   void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
                   int64_t n) const override {
     const int64_t sx = block_step(scalars, 0);
@@ -69,6 +71,12 @@ class Contiguous final : public PrimitiveWithParams<Contiguous> {
       unary_loop<T, T>(in[0], out[0], [](T v) { return v; });
     });
   }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    if (in[0].row_contiguous())
+      out[0].set_view(in[0], in[0].strides(), 0);
+    else
+      gpu::copy(in[0], out[0]);
+  }
   std::vector<Array> vjp(const VjpArgs& a) const override { return {a.cotangents[0]}; }
   std::vector<Array> jvp(const JvpArgs& a) const override { return {a.tangents[0]}; }
   VmapResult vmap(const VmapArgs& a) const override {
@@ -86,6 +94,7 @@ class StopGradient final : public PrimitiveWithParams<StopGradient> {
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     out[0].set_view(in[0], in[0].strides(), 0);
   }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override { eval_cpu(in, out); }
   std::vector<Array> vjp(const VjpArgs& a) const override { return {zeros_like(a.primals[0], stream())}; }
   std::vector<Array> jvp(const JvpArgs& a) const override { return {zeros_like(a.primals[0], stream())}; }
   VmapResult vmap(const VmapArgs& a) const override {

@@ -15,6 +15,7 @@
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/vulkan/gpu.h"
 
 namespace kiln::detail {
 
@@ -232,6 +233,12 @@ class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
     });
   }
 
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    if constexpr (requires { D::kGpuKernel; })
+      if (in[0].dtype() == float32) return gpu::unary(D::kGpuKernel, in[0], out[0]);
+    throw NotImplemented::of(D::kName, "no GPU kernel for this dtype yet", "{}", dtype_name(in[0].dtype()));
+  }
+
   TileOp tile_op() const override { return tile_op_of<D>(); }
 
   void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
@@ -331,6 +338,13 @@ class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
         return static_cast<O>(D::apply(static_cast<C>(x), static_cast<C>(y)));
       });
     });
+  }
+
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    if constexpr (requires { D::kGpuKernel; })
+      if (in[0].dtype() == float32 && out[0].dtype() == float32)
+        return gpu::binary(D::kGpuKernel, in[0], in[1], out[0]);
+    throw NotImplemented::of(D::kName, "no GPU kernel for this dtype yet", "{}", dtype_name(in[0].dtype()));
   }
 
   TileOp tile_op() const override { return tile_op_of<D>(); }

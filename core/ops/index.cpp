@@ -17,6 +17,7 @@
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/ops/shape_primitives.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
 namespace detail {
@@ -331,6 +332,13 @@ class TakeAlongAxis final : public PrimitiveWithParams<TakeAlongAxis> {
       take_along(a.strided_data<T>(), out[0].strided_data<T>(), b, idx.data(), in[1].shape()[axis_]);
     });
   }
+  // Indices held on the host are checked as on the CPU; the kernel reads 0 for bad ones computed
+  // on the device, which cannot be seen before the submit (core/vulkan/runtime/index_facade.cpp).
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    if (in[1].node().buffer->on_host())
+      load_indices("take_along_axis", in[1], in[1].shape(), in[0].shape()[axis_], axis_);
+    gpu::take_along_axis(in[0], in[1], axis_, out[0]);
+  }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array &x = a.primals[0], &idx = a.primals[1], &g = a.cotangents[0];
     std::vector<Array> out;
@@ -372,6 +380,13 @@ class ScatterAlongAxis final : public PrimitiveWithParams<ScatterAlongAxis> {
       scatter_along(out[0].strided_data<T>(), vals.strided_data<T>(), b, idx.data(), in[1].shape()[axis_],
                     add_);
     });
+  }
+  // As TakeAlongAxis::eval_gpu; the kernel drops updates at bad indices computed on the device.
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    if (!add_) throw NotImplemented::of(name(), "no GPU kernel yet", "{}", dtype_name(in[0].dtype()));
+    if (in[1].node().buffer->on_host())
+      load_indices("scatter_add", in[1], in[1].shape(), in[0].shape()[axis_], axis_);
+    gpu::scatter_add_along_axis(in[0], in[1], in[2], axis_, out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array &idx = a.primals[1], &g = a.cotangents[0];

@@ -11,6 +11,7 @@
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
 namespace detail {
@@ -104,6 +105,11 @@ class Matmul final : public PrimitiveWithParams<Matmul> {
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     out[0].allocate();
     batched_matmul(in[0], in[1], out[0], 1.0, 0.0);
+  }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    if (in[0].dtype() != float32)
+      throw NotImplemented::of(name(), "only float32 has a GPU kernel yet", "{}", dtype_name(in[0].dtype()));
+    gpu::matmul(in[0], in[1], out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array &x = a.primals[0], &y = a.primals[1], &g = a.cotangents[0];

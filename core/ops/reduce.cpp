@@ -11,6 +11,7 @@
 #include "kiln/core/ops/reduce_primitives.h"
 #include "kiln/core/ops/scan.h"
 #include "kiln/core/ops/shape.h"
+#include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
 namespace detail {
@@ -105,6 +106,13 @@ void Reduce::eval_cpu(std::span<const Array> in, std::span<Array> out) const {
   reduce_array(kind_, in[0], axes_, out[0]);
 }
 
+void Reduce::eval_gpu(std::span<const Array> in, std::span<Array> out) const {
+  const Dtype t = in[0].dtype();
+  if (t != float32 && t != int32 && t != float16 && t != bool_)
+    throw NotImplemented::of(name(), "no GPU kernel for this dtype", "{}", dtype_name(t));
+  gpu::reduce(static_cast<uint8_t>(kind_), in[0], axes_, out[0]);
+}
+
 std::vector<Array> Reduce::vjp(const VjpArgs& a) const {
   const Array& x = a.primals[0];
   const Stream s = stream();
@@ -172,6 +180,13 @@ void ArgReduce::eval_cpu(std::span<const Array> in, std::span<Array> out) const 
   const Array tmp = Array::empty_available({x.size()}, x.dtype());
   copy_permuted(x, p.perm, tmp.raw_data());
   arg_reduce_dense(is_max_, tmp.raw_data(), x.dtype(), dst, p.outer, p.reduced, 1);
+}
+
+void ArgReduce::eval_gpu(std::span<const Array> in, std::span<Array> out) const {
+  const Dtype t = in[0].dtype();
+  if (t != float32 && t != int32 && t != float16)
+    throw NotImplemented::of(name(), "no GPU kernel for this dtype", "{}", dtype_name(t));
+  gpu::arg_reduce(is_max_, in[0], axis_, out[0]);
 }
 
 std::vector<Array> ArgReduce::vjp(const VjpArgs& a) const { return {zeros_like(a.primals[0], stream())}; }

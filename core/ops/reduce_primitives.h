@@ -23,6 +23,7 @@ class Reduce final : public PrimitiveWithParams<Reduce> {
 
   std::vector<Shape> output_shapes(std::span<const Array> in) const override;
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override;
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override;
   std::vector<Array> vjp(const VjpArgs& a) const override;
   std::vector<Array> jvp(const JvpArgs& a) const override;
   VmapResult vmap(const VmapArgs& a) const override;
@@ -43,6 +44,7 @@ class ArgReduce final : public PrimitiveWithParams<ArgReduce> {
 
   std::vector<Shape> output_shapes(std::span<const Array> in) const override;
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override;
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override;
   std::vector<Array> vjp(const VjpArgs& a) const override;
   std::vector<Array> jvp(const JvpArgs& a) const override;
   VmapResult vmap(const VmapArgs& a) const override;

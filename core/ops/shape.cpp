@@ -8,6 +8,7 @@
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/shape_primitives.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
 namespace detail {
@@ -80,20 +81,34 @@ class Reshape final : public PrimitiveWithParams<Reshape> {
   auto params() const { return std::tie(shape_); }
   std::vector<Shape> output_shapes(std::span<const Array>) const override { return {shape_}; }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
+    if (view(in[0], out[0])) return;
     const Array& x = in[0];
-    if (x.row_contiguous()) {
-      out[0].set_view(x, row_major_strides(shape_), 0);
-    } else if (auto st = nocopy_strides(x.shape(), x.strides(), shape_)) {
-      out[0].set_view(x, std::move(*st), 0);
-    } else {
-      out[0].allocate();
-      copy_strided(x.raw_data(), x.dtype(), x.strides(), out[0].raw_data(), x.dtype(),
-                   row_major_strides(x.shape()), x.shape());
-    }
+    out[0].allocate();
+    copy_strided(x.raw_data(), x.dtype(), x.strides(), out[0].raw_data(), x.dtype(),
+                 row_major_strides(x.shape()), x.shape());
+  }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    if (!view(in[0], out[0])) gpu::copy(in[0], out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     return {reshape(a.cotangents[0], a.primals[0].shape(), stream())};
   }
+
+ private:
+  // Makes `out` a view of x when the new shape can address x's elements in place.
+  bool view(const Array& x, Array& out) const {
+    if (x.row_contiguous()) {
+      out.set_view(x, row_major_strides(shape_), 0);
+      return true;
+    }
+    if (auto st = nocopy_strides(x.shape(), x.strides(), shape_)) {
+      out.set_view(x, std::move(*st), 0);
+      return true;
+    }
+    return false;
+  }
+
+ public:
   std::vector<Array> jvp(const JvpArgs& a) const override {
     return {reshape(a.tangents[0], shape_, stream())};
   }
@@ -124,6 +139,7 @@ class Transpose final : public PrimitiveWithParams<Transpose> {
     for (int p : perm_) st.push_back(in[0].strides()[p]);
     out[0].set_view(in[0], std::move(st), 0);
   }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override { eval_cpu(in, out); }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     Axes inv(perm_.size());
     for (size_t i = 0; i < perm_.size(); ++i) inv[perm_[i]] = static_cast<int>(i);
@@ -153,6 +169,7 @@ class Broadcast final : public PrimitiveWithParams<Broadcast> {
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     out[0].set_view(in[0], broadcast_strides(in[0].shape(), in[0].strides(), shape_), 0);
   }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override { eval_cpu(in, out); }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     return {sum_to_shape(a.cotangents[0], a.primals[0].shape(), stream())};
   }

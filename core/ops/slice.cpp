@@ -8,6 +8,7 @@
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/ops/shape_primitives.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
 namespace detail {
@@ -88,6 +89,7 @@ class SliceView final : public PrimitiveWithParams<SliceView> {
     auto [offset, st] = slice_layout(in[0].strides(), starts_, steps_, shape_);
     out[0].set_view(in[0], std::move(st), offset);
   }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override { eval_cpu(in, out); }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array& g = a.cotangents[0];
     return {

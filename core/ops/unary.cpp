@@ -43,6 +43,7 @@ T erfinv_value(T y) {
 struct Negative : UnaryOp<Negative> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Negative";
+  static constexpr gpu::UnaryKernel kGpuKernel = gpu::UnaryKernel::negative;
   static constexpr TileOp kTileOp = TileOp::negative;
   static constexpr const char* kOpName = "negative";
   static constexpr DtypeSet kTypes = kNumericTypes;
@@ -81,6 +82,7 @@ struct Sign : UnaryOp<Sign> {
 struct Exp : UnaryOp<Exp> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Exp";
+  static constexpr gpu::UnaryKernel kGpuKernel = gpu::UnaryKernel::exp;
   static constexpr TileOp kTileOp = TileOp::exp;
   static constexpr const char* kOpName = "exp";
   static constexpr DtypeSet kTypes = kFloatTypes;
@@ -110,6 +112,7 @@ struct Expm1 : UnaryOp<Expm1> {
 struct Log : UnaryOp<Log> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Log";
+  static constexpr gpu::UnaryKernel kGpuKernel = gpu::UnaryKernel::log;
   static constexpr const char* kOpName = "log";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -205,6 +208,7 @@ struct Tan : UnaryOp<Tan> {
 struct Tanh : UnaryOp<Tanh> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Tanh";
+  static constexpr gpu::UnaryKernel kGpuKernel = gpu::UnaryKernel::tanh;
   static constexpr TileOp kTileOp = TileOp::tanh;
   static constexpr const char* kOpName = "tanh";
   static constexpr DtypeSet kTypes = kFloatTypes;

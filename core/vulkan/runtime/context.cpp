@@ -182,6 +182,8 @@ DeviceCaps read_caps(const VulkanApi& api, VkPhysicalDevice pd) {
   c.int8 = f.f12.shaderInt8;
   c.int64 = f.features.features.shaderInt64;
   c.storage16 = f.f11.storageBuffer16BitAccess;
+  c.storage8 = f.f12.storageBuffer8BitAccess;
+  c.float64 = f.features.features.shaderFloat64;
   c.timeline_semaphore = f.f12.timelineSemaphore;
   c.buffer_device_address = f.f12.bufferDeviceAddress;
   c.vulkan_memory_model = f.f12.vulkanMemoryModel;
@@ -286,6 +288,8 @@ Context::Context(const ContextOptions& options) : options_(options) {
     enabled.f12.bufferDeviceAddress = caps_.buffer_device_address;
     enabled.f12.vulkanMemoryModel = caps_.vulkan_memory_model;
     enabled.features.features.shaderInt64 = caps_.int64;
+    enabled.features.features.shaderFloat64 = caps_.float64;
+    enabled.f12.storageBuffer8BitAccess = caps_.storage8;
 
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue_info{};

@@ -46,6 +46,7 @@ struct DeviceCaps {
   VkDeviceSize max_allocation_size = 0;
   VkDeviceSize device_local_heap_size = 0;
   bool float16 = false, int8 = false, int64 = false, storage16 = false;
+  bool storage8 = false, float64 = false;  ///< storageBuffer8BitAccess, shaderFloat64
   bool timeline_semaphore = false, buffer_device_address = false, vulkan_memory_model = false;
   /// Device-local memory is host-visible and coherent, so buffers are mapped (zero copy).
   bool unified_memory = false;

@@ -9,76 +9,10 @@
 #include "kiln/core/error.h"
 #include "kiln/core/vulkan/runtime/context.h"
 #include "kiln/core/vulkan/runtime/pipeline_cache.h"
+#include "kiln/core/vulkan/runtime/views.h"
 
 namespace kiln::detail::vk {
 namespace {
-
-constexpr uint32_t kWorkgroup = 256;
-constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();  // the shaders index with int32
-
-uint32_t workgroup_size(const Context& ctx) {
-  return std::min({kWorkgroup, ctx.caps().max_workgroup_invocations, ctx.caps().max_workgroup_size[0]});
-}
-
-int64_t numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
-// Checks that every element of v lies in its buffer and indexes within int32.
-void check_view(const GpuView& v, const char* op) {
-  if (!v.buffer) throw ValueError::of(op, "a view has no buffer");
-  if (v.strides.size() != v.shape.size())
-    throw ShapeError::of(op, "strides and shape differ in rank", "shape {}, strides {}", v.shape, v.strides);
-  int64_t lo = v.offset, hi = v.offset;
-  for (size_t d = 0; d < v.shape.size(); ++d) {
-    if (v.shape[d] < 0) throw ShapeError::of(op, "negative dimension", "{}", v.shape);
-    if (v.shape[d] == 0) return;  // empty: nothing is touched
-    const int64_t reach = (v.shape[d] - 1) * v.strides[d];
-    (reach < 0 ? lo : hi) += reach;
-  }
-  const int64_t capacity = static_cast<int64_t>(v.buffer->capacity()) / size_of(v.dtype);
-  if (lo < 0 || hi >= capacity)
-    throw ValueError::of(op, "view reaches outside its buffer",
-                         "shape {}, strides {}, offset {}, buffer of {} elements", v.shape, v.strides,
-                         v.offset, capacity);
-  if (hi > kMaxIndex || numel(v.shape) > kMaxIndex)
-    throw NotImplemented::of(op, "views past 2^31 elements are not supported on the GPU yet", "shape {}",
-                             v.shape);
-}
-
-// Merges adjacent dims that are contiguous in every view (and drops size-1 dims), so strided
-// kernels see as few dims as possible. strides[i] are the views' strides over `shape`.
-template <size_t N>
-void collapse(Shape& shape, std::array<Strides*, N> strides) {
-  Shape out_shape;
-  std::array<Strides, N> out;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    bool merge = !out_shape.empty();
-    for (size_t v = 0; v < N && merge; ++v) merge = out[v].back() == (*strides[v])[d] * shape[d];
-    if (merge) {
-      out_shape.back() *= shape[d];
-      for (size_t v = 0; v < N; ++v) out[v].back() = (*strides[v])[d];
-    } else {
-      out_shape.push_back(shape[d]);
-      for (size_t v = 0; v < N; ++v) out[v].push_back((*strides[v])[d]);
-    }
-  }
-  shape = std::move(out_shape);
-  for (size_t v = 0; v < N; ++v) *strides[v] = std::move(out[v]);
-}
-
-bool is_linear(const Shape& shape, const Strides& strides) {
-  return shape.empty() || (shape.size() == 1 && strides[0] == 1);
-}
-
-void check_rank(const Shape& collapsed, const char* op) {
-  if (collapsed.size() > static_cast<size_t>(kMaxStridedRank))
-    throw NotImplemented::of(op, "too many dimensions for the strided GPU kernels",
-                             "{} after merging, at most {}", collapsed.size(), kMaxStridedRank);
-}
 
 template <class T, size_t M>
 void fill(std::array<T, M>& dst, const std::vector<int64_t>& src) {
@@ -124,16 +58,6 @@ struct MatmulPush {
   uint32_t a_batch_stride, b_batch_stride, c_batch_stride;
 };
 static_assert(sizeof(CopyPush) == 112 && sizeof(BinaryPush) == 116 && sizeof(MatmulPush) == 56);
-
-void check_contiguous_out(const GpuView& out, const Shape& shape, const char* op) {
-  if (out.shape != shape) throw ShapeError::of(op, "output shape differs", "{} vs {}", out.shape, shape);
-  int64_t expect = 1;
-  for (size_t d = out.shape.size(); d-- > 0;) {
-    if (out.shape[d] != 1 && out.strides[d] != expect)
-      throw ValueError::of(op, "output must be contiguous", "strides {}", out.strides);
-    expect *= out.shape[d];
-  }
-}
 
 }  // namespace
 

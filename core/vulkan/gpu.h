@@ -1,0 +1,81 @@
+#pragma once
+// The gpu facade (STYLE.md R9): what primitives' eval_gpu and the core's storage use of the GPU.
+// It needs no Vulkan header, so every eval_gpu compiles in every build; core/vulkan/runtime/
+// implements it (facade.cpp), or, in a build without Vulkan, disabled.cpp throws DeviceError from
+// every recording call. Primitives never submit, wait or allocate descriptors: eval() owns the
+// thread's recorder and submits it once (core/eval.cpp).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "kiln/core/array.h"
+
+namespace kiln::gpu {
+
+// ---------------------------------------------------------------- availability
+
+/// Whether a GPU can be used (creates the Vulkan context on first call; never throws).
+bool available();
+/// Why not, when available() is false.
+std::string unavailable_reason();
+
+// ---------------------------------------------------------------- kernels (for eval_gpu)
+
+/// Elementwise operations of the built-in float32 kernels.
+enum class UnaryKernel : uint8_t { negative, exp, log, tanh, relu };
+enum class BinaryKernel : uint8_t { add, subtract, multiply, divide, maximum };
+
+/// Gives `out` fresh row-major device storage of its shape and dtype.
+void allocate(Array& out);
+/// out = x's values in row-major order, converted to out's dtype; out gets device storage.
+/// x may be strided (any view); out.size() must equal x.size().
+void copy(const Array& x, Array& out);
+/// out = op(x); out gets device storage with x's shape.
+void unary(UnaryKernel op, const Array& x, Array& out);
+/// out = op(a, b), a and b already broadcast to out's shape (views with 0 strides are fine).
+void binary(BinaryKernel op, const Array& a, const Array& b, Array& out);
+/// out = a @ b with a [.., M, K], b [.., K, N]; batch dims broadcast to out's.
+void matmul(const Array& a, const Array& b, Array& out);
+
+// Reductions and indexing (core/vulkan/runtime/reduce_facade.cpp, index_facade.cpp; without
+// Vulkan, runtime/disabled_*.cpp).
+
+/// out = the reduction `kind` (ReduceKind of core/cpu/reduce.h, as its integer value) of x over
+/// `axes` (sorted, distinct, non-negative); out holds x's shape less those axes, or with them as
+/// 1 (keepdims), and the CPU's result dtype (reduce_out_dtype).
+void reduce(uint8_t kind, const Array& x, std::span<const int> axes, Array& out);
+/// out = index of the largest (is_max) or smallest element of x along `axis`, first on ties,
+/// a NaN counted as the extreme (the first NaN wins) as on the CPU; out is x's shape less `axis`
+/// (or 1 there), int32 like ArgReduce's output.
+void arg_reduce(bool is_max, const Array& x, int axis, Array& out);
+/// out = x's elements at `indices` along `axis` (take_along_axis: indices has x's rank).
+void take_along_axis(const Array& x, const Array& indices, int axis, Array& out);
+/// out = x with `updates` added at `indices` along `axis` (the vjp of take_along_axis).
+void scatter_add_along_axis(const Array& x, const Array& indices, const Array& updates, int axis, Array& out);
+
+// ---------------------------------------------------------------- the eval loop and storage
+
+/// True when this thread has recorded GPU work not yet submitted.
+bool has_pending();
+/// Submits this thread's recorded work and waits for it. Throws DeviceError (out of memory,
+/// device lost, failed submit); the recorded work is then dropped.
+void submit_pending();
+/// Drops this thread's recorded, unsubmitted work (after an error in the eval that recorded it).
+void discard_pending() noexcept;
+
+/// A device copy of `bytes` host bytes (for Buffer::device()).
+std::shared_ptr<detail::vk::DeviceBuffer> upload(const void* src, size_t bytes);
+/// Copies `bytes` of a device buffer to host memory (for Buffer::ptr()).
+void download(const detail::vk::DeviceBuffer& src, void* dst, size_t bytes);
+
+/// Device memory counters, zeros when no GPU context exists yet (never creates one).
+struct MemoryCounters {
+  size_t active_bytes = 0, peak_bytes = 0, cache_bytes = 0, reserved_bytes = 0;
+};
+MemoryCounters memory_counters() noexcept;
+void reset_peak_memory() noexcept;
+void clear_cache() noexcept;
+
+}  // namespace kiln::gpu

@@ -1,0 +1,81 @@
+#pragma once
+// Arrays as GpuViews and the thread's recorder, for the facade files that turn gpu:: calls into
+// recorded kernels (facade.cpp, reduce_facade.cpp, index_facade.cpp). eval() submits the recorder
+// through gpu::submit_pending() (facade.cpp).
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "kiln/core/array.h"
+#include "kiln/core/vulkan/gpu.h"
+#include "kiln/core/vulkan/runtime/context.h"
+#include "kiln/core/vulkan/runtime/kernels.h"
+#include "kiln/core/vulkan/runtime/memory.h"
+#include "kiln/core/vulkan/runtime/recorder.h"
+
+namespace kiln::detail::vk {
+
+/// This thread's recorder (one per thread, reused by every eval on it; gpu::discard_pending()
+/// replaces it after an error).
+inline thread_local std::unique_ptr<Recorder> tls_thread_recorder;
+
+inline Recorder& thread_recorder() {
+  if (!tls_thread_recorder) tls_thread_recorder = std::make_unique<Recorder>(context());
+  return *tls_thread_recorder;
+}
+
+/// The array's storage as a device view; a host buffer is uploaded first (once per buffer).
+inline GpuView array_view(const Array& a) {
+  const ArrayNode& n = a.node();
+  return {n.buffer->device(), n.dtype, n.shape, n.strides, n.offset};
+}
+
+/// `out`'s storage (made by gpu::allocate) as a row-major view of `shape`, which has out's size.
+inline GpuView array_out_view(const Array& out, const Shape& shape) {
+  return GpuView::contiguous(out.node().buffer->device(), out.dtype(), shape);
+}
+
+/// v with the dims listed in `axes` moved to the end, the others keeping their order.
+inline GpuView move_axes_to_end(GpuView v, std::span<const int> axes) {
+  Shape shape;
+  Strides strides;
+  std::vector<bool> moved(v.shape.size(), false);
+  for (int a : axes) moved[static_cast<size_t>(a)] = true;
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t d = 0; d < v.shape.size(); ++d)
+      if (moved[d] == (pass == 1)) {
+        shape.push_back(v.shape[d]);
+        strides.push_back(v.strides[d]);
+      }
+  v.shape = std::move(shape);
+  v.strides = std::move(strides);
+  return v;
+}
+
+/// The stride with which dims [begin, end) of v step through their elements as one dim, when they
+/// can (size-1 dims aside, each dim's stride is the next one's times its size); nullopt otherwise.
+inline std::optional<int64_t> merged_stride(const GpuView& v, size_t begin, size_t end) {
+  int64_t size = 1, stride = 0;
+  bool first = true;
+  for (size_t d = end; d-- > begin;) {
+    if (v.shape[d] == 1) continue;
+    if (first) {
+      stride = v.strides[d];
+      first = false;
+    } else if (v.strides[d] != stride * size) {
+      return std::nullopt;
+    }
+    size *= v.shape[d];
+  }
+  return stride;
+}
+
+inline int64_t shape_product(const Shape& s, size_t begin, size_t end) {
+  return std::accumulate(s.begin() + static_cast<long>(begin), s.begin() + static_cast<long>(end), int64_t{1},
+                         std::multiplies<>());
+}
+
+}  // namespace kiln::detail::vk

@@ -1,0 +1,33 @@
+// The gpu facade in a build without the Vulkan backend (KILN_VULKAN=OFF): recording calls throw
+// DeviceError, and the storage and memory calls find no device. This one file is what such a build
+// needs; every eval_gpu still compiles against core/vulkan/gpu.h.
+#include "kiln/core/vulkan/gpu.h"
+
+namespace kiln::gpu {
+namespace {
+[[noreturn]] void no_gpu(const char* what) {
+  throw DeviceError::of(what, "kiln was built without Vulkan (KILN_VULKAN=OFF)");
+}
+}  // namespace
+
+bool available() { return false; }
+std::string unavailable_reason() { return "kiln was built without Vulkan (KILN_VULKAN=OFF)"; }
+
+void allocate(Array&) { no_gpu("gpu allocate"); }
+void copy(const Array&, Array&) { no_gpu("gpu copy"); }
+void unary(UnaryKernel, const Array&, Array&) { no_gpu("gpu unary"); }
+void binary(BinaryKernel, const Array&, const Array&, Array&) { no_gpu("gpu binary"); }
+void matmul(const Array&, const Array&, Array&) { no_gpu("gpu matmul"); }
+
+bool has_pending() { return false; }
+void submit_pending() {}
+void discard_pending() noexcept {}
+
+std::shared_ptr<detail::vk::DeviceBuffer> upload(const void*, size_t) { no_gpu("gpu upload"); }
+void download(const detail::vk::DeviceBuffer&, void*, size_t) { no_gpu("gpu download"); }
+
+MemoryCounters memory_counters() noexcept { return {}; }
+void reset_peak_memory() noexcept {}
+void clear_cache() noexcept {}
+
+}  // namespace kiln::gpu

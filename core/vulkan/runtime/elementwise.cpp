@@ -1,0 +1,445 @@
+#include "kiln/core/vulkan/runtime/elementwise.h"
+
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "kiln/core/error.h"
+#include "kiln/core/vulkan/runtime/context.h"
+#include "kiln/core/vulkan/runtime/glsl_compiler.h"
+#include "kiln/core/vulkan/runtime/views.h"
+
+namespace kiln::detail::vk {
+namespace {
+
+constexpr const char* kOp = "gpu elementwise";
+constexpr uint32_t kPushWords = Context::kPushConstantBytes / 4;
+
+// How a kernel finds input i's element for output element j.
+enum class Walk : uint8_t {
+  linear,   // offset + j: the input is laid out as the output
+  scalar,   // offset: every stride is 0
+  strided,  // offset + sum of coordinate * stride over the merged shape
+};
+
+// What one compiled variant of a kernel depends on besides the kernel itself.
+struct Variant {
+  int rank = 0;  // merged rank, when an input is strided (else 0)
+  std::vector<Walk> walks;
+  bool meta_in_buffer = false;  // the index words do not fit the push constants
+  ElementwiseFeatures features;
+};
+
+// Layout of the index words (push constants or a buffer): n, out offset, the inputs' offsets,
+// then (when an input is strided) the merged shape and each strided input's strides.
+struct Meta {
+  std::vector<uint32_t> words;
+  uint32_t shape_at = 0;
+};
+
+bool packed(Dtype t, const ElementwiseFeatures& f) {
+  return (size_of(t) == 1 && !f.storage8) || (size_of(t) == 2 && !f.storage16);
+}
+
+// Elements one invocation writes: whole 32-bit words when the output dtype is packed.
+uint32_t per_invocation(Dtype out, const ElementwiseFeatures& f) {
+  return packed(out, f) ? 4u / static_cast<uint32_t>(size_of(out)) : 1u;
+}
+
+const char* storage_type(Dtype t, const ElementwiseFeatures& f) {
+  if (packed(t, f)) return "uint";
+  switch (t) {
+    case Dtype::bool_:
+    case Dtype::uint8:
+      return "uint8_t";
+    case Dtype::int8:
+      return "int8_t";
+    case Dtype::float16:
+    case Dtype::bfloat16:
+      return "uint16_t";
+    case Dtype::int32:
+      return "int";
+    case Dtype::uint32:
+      return "uint";
+    case Dtype::int64:
+      return "int64_t";
+    case Dtype::float32:
+      return "float";
+    case Dtype::float64:
+      return "double";
+  }
+  return "uint";
+}
+
+// GLSL of the raw bits or value of element `i` of buffer `buf` (before decoding).
+std::string raw_load(Dtype t, const ElementwiseFeatures& f, const std::string& buf) {
+  if (!packed(t, f)) return buf + "[i]";
+  if (size_of(t) == 1) {
+    if (t == Dtype::int8) return fmt::format("bitfieldExtract(int({}[i >> 2]), int(i & 3u) * 8, 8)", buf);
+    return fmt::format("bitfieldExtract({}[i >> 2], int(i & 3u) * 8, 8)", buf);
+  }
+  return fmt::format("bitfieldExtract({}[i >> 1], int(i & 1u) * 16, 16)", buf);
+}
+
+// A function `<value type> <name>(uint i)` reading element i of `buf` as a value of its dtype.
+std::string load_function(Dtype t, const ElementwiseFeatures& f, const std::string& name,
+                          const std::string& buf) {
+  const std::string raw = raw_load(t, f, buf);
+  std::string body;
+  switch (t) {
+    case Dtype::bool_:
+      body = fmt::format("uint({}) != 0u", raw);
+      break;
+    case Dtype::uint8:
+      body = fmt::format("uint({})", raw);
+      break;
+    case Dtype::int8:
+      body = fmt::format("int({})", raw);
+      break;
+    case Dtype::float16:
+      body = fmt::format("kiln_half_to_float(uint({}))", raw);
+      break;
+    case Dtype::bfloat16:
+      body = fmt::format("kiln_bfloat_to_float(uint({}))", raw);
+      break;
+    default:
+      body = raw;
+  }
+  return fmt::format("{} {}(uint i) {{ return {}; }}\n", glsl_value_type(t), name, body);
+}
+
+// GLSL storing value `v` (of t's value type): into out0[index] natively, or as the bits a packed
+// word holds.
+std::string stored_bits(Dtype t, const std::string& v) {
+  switch (t) {
+    case Dtype::bool_:
+      return fmt::format("({} ? 1u : 0u)", v);
+    case Dtype::int8:
+      return fmt::format("uint({})", v);
+    case Dtype::float16:
+      return fmt::format("kiln_float_to_half({})", v);
+    case Dtype::bfloat16:
+      return fmt::format("kiln_float_to_bfloat({})", v);
+    default:
+      return v;
+  }
+}
+std::string native_store(Dtype t, const std::string& v) {
+  switch (t) {
+    case Dtype::bool_:
+      return fmt::format("uint8_t({} ? 1u : 0u)", v);
+    case Dtype::uint8:
+      return fmt::format("uint8_t({})", v);
+    case Dtype::int8:
+      return fmt::format("int8_t({})", v);
+    case Dtype::float16:
+      return fmt::format("uint16_t(kiln_float_to_half({}))", v);
+    case Dtype::bfloat16:
+      return fmt::format("uint16_t(kiln_float_to_bfloat({}))", v);
+    default:
+      return v;
+  }
+}
+
+std::string to(Dtype t) { return fmt::format("kiln_to_{}", dtype_name(t)); }
+
+// The whole compute shader of one variant.
+std::string generate(const ElementwiseKernel& k, const Variant& v, uint32_t meta_words) {
+  const ElementwiseFeatures& f = v.features;
+  const size_t n_in = k.inputs.size();
+  std::vector<Dtype> all(k.inputs);
+  all.push_back(k.out);
+  bool native8 = false, native16 = false;
+  for (Dtype t : all) {
+    native8 |= size_of(t) == 1 && f.storage8;
+    native16 |= size_of(t) == 2 && f.storage16;
+  }
+  std::string s = "#version 450\n#extension GL_GOOGLE_include_directive : require\n";
+  if (native8) s += "#extension GL_EXT_shader_8bit_storage : require\n";
+  if (native16) s += "#extension GL_EXT_shader_16bit_storage : require\n";
+  if (f.int64)
+    s += "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n#define KILN_HAS_INT64\n";
+  if (f.float64) s += "#define KILN_HAS_FLOAT64\n";
+  s += "#include \"common/indexing.glsl\"\n#include \"common/dtype_convert.glsl\"\n"
+       "#include \"common/elementwise_ops.glsl\"\n\n";
+  for (size_t i = 0; i < n_in; ++i)
+    s += fmt::format("layout(std430, set = 0, binding = {0}) readonly buffer In{0} {{ {1} in{0}[]; }};\n", i,
+                     storage_type(k.inputs[i], f));
+  const uint32_t per = per_invocation(k.out, f);
+  s += fmt::format("layout(std430, set = 0, binding = {}) {}buffer Out {{ {} out0[]; }};\n", n_in,
+                   per > 1 ? "" : "writeonly ", storage_type(k.out, f));
+  if (v.meta_in_buffer) {
+    s += fmt::format("layout(std430, set = 0, binding = {}) readonly buffer Meta {{ uint meta[]; }};\n",
+                     n_in + 1);
+    s += "#define KILN_META(i) meta[i]\n";
+  } else {
+    s += fmt::format(
+        "layout(push_constant) uniform Push {{ uint meta[{}]; }} p;\n#define KILN_META(i) p.meta[i]\n",
+        meta_words);
+  }
+  s += "\n" + k.helpers + "\n";
+  for (size_t i = 0; i < n_in; ++i)
+    s += load_function(k.inputs[i], f, fmt::format("kiln_load{}", i), fmt::format("in{}", i));
+
+  // One element: the inputs' positions, their values, the chain, the result.
+  s += fmt::format("\n{} kiln_element(uint j) {{\n", glsl_value_type(k.out));
+  const uint32_t shape_at = 2 + static_cast<uint32_t>(n_in);
+  std::vector<std::string> position(n_in);
+  uint32_t strides_at = shape_at + static_cast<uint32_t>(v.rank);
+  for (size_t i = 0; i < n_in; ++i) {
+    const std::string offset = fmt::format("int(KILN_META({}))", 2 + i);
+    if (v.walks[i] == Walk::linear) position[i] = fmt::format("{} + int(j)", offset);
+    if (v.walks[i] == Walk::scalar) position[i] = offset;
+    if (v.walks[i] != Walk::strided) continue;
+    s += fmt::format("  int pos{} = {};\n", i, offset);
+    position[i] = fmt::format("pos{}", i);
+  }
+  if (v.rank > 0) {
+    s += "  uint rest = j;\n";
+    for (int d = v.rank - 1; d >= 0; --d) {
+      s += fmt::format(
+          "  {{\n    const uint size = KILN_META({});\n    const int c = int(rest % size);\n"
+          "    rest /= size;\n",
+          shape_at + d);
+      uint32_t at = strides_at;
+      for (size_t i = 0; i < n_in; ++i) {
+        if (v.walks[i] != Walk::strided) continue;
+        s += fmt::format("    pos{} += c * int(KILN_META({}));\n", i, at + d);
+        at += static_cast<uint32_t>(v.rank);
+      }
+      s += "  }\n";
+    }
+  }
+  for (size_t i = 0; i < n_in; ++i) {
+    s += fmt::format("  const {} v{} = kiln_load{}(uint({}));\n", glsl_value_type(k.inputs[i]), i, i,
+                     position[i]);
+    s += fmt::format("  const {} x{} = {}(v{});\n", glsl_value_type(k.compute), i, to(k.compute), i);
+  }
+  for (size_t i = 0; i < k.steps.size(); ++i)
+    s += fmt::format("  const {} t{} = {}({});\n", glsl_value_type(k.steps[i].dtype), i, to(k.steps[i].dtype),
+                     k.steps[i].expr);
+  s += fmt::format("  return {}({});\n}}\n\n", to(k.out), k.expr);
+
+  s += "void main() {\n  const uint g = kiln_global_id();\n  const uint n = KILN_META(0);\n"
+       "  const uint base = KILN_META(1);\n";
+  if (per == 1) {
+    s += "  if (g >= n) return;\n";
+    s += fmt::format("  out0[base + g] = {};\n}}\n", native_store(k.out, "kiln_element(g)"));
+    return s;
+  }
+  // Packed output: this invocation owns word w; elements of it outside [base, base + n) keep
+  // their bytes.
+  const uint32_t bits = 32 / per;
+  s += fmt::format(
+      "  const uint w = base / {0}u + g;\n"
+      "  const int first = int(w * {0}u) - int(base);\n"
+      "  if (first >= int(n)) return;\n"
+      "  uint word = 0u;\n"
+      "  if (first < 0 || first + {0} > int(n)) word = out0[w];\n"
+      "  for (int e = 0; e < {0}; ++e) {{\n"
+      "    const int j = first + e;\n"
+      "    if (j < 0 || j >= int(n)) continue;\n"
+      "    word = bitfieldInsert(word, {1}, e * {2}, {2});\n"
+      "  }}\n"
+      "  out0[w] = word;\n}}\n",
+      per, stored_bits(k.out, "kiln_element(uint(j))"), bits);
+  return s;
+}
+
+void check_dtype(Dtype t, const ElementwiseFeatures& f, const DeviceCaps& caps) {
+  if (t == Dtype::int64 && !f.int64)
+    throw NotImplemented::of(kOp, "int64 needs the device feature shaderInt64", "{} lacks it", caps.name);
+  if (t == Dtype::float64 && !f.float64)
+    throw NotImplemented::of(kOp, "float64 needs the device feature shaderFloat64", "{} lacks it", caps.name);
+}
+
+// Kernels by their text and variant; the ShaderCode belongs to glsl_compiler() and lives forever.
+struct KernelCache {
+  std::shared_mutex mutex;  // guards map
+  std::unordered_map<std::string, const ShaderCode*> map;
+};
+KernelCache& kernel_cache() {
+  static KernelCache* cache = new KernelCache();  // never destroyed, as glsl_compiler()
+  return *cache;
+}
+
+std::string cache_key(const ElementwiseKernel& k, const Variant& v, uint32_t meta_words) {
+  std::string key;
+  for (Dtype t : k.inputs) key += static_cast<char>('a' + static_cast<int>(t));
+  key += fmt::format("|{}|{}|{}|", static_cast<int>(k.compute), static_cast<int>(k.out), v.rank);
+  for (Walk w : v.walks) key += static_cast<char>('0' + static_cast<int>(w));
+  const ElementwiseFeatures& f = v.features;
+  key += fmt::format("|{}{}{}{}{}|{}|", f.storage8, f.storage16, f.int64, f.float64, v.meta_in_buffer,
+                     meta_words);
+  // Lengths first, so no text can imitate a field boundary.
+  key += fmt::format("{}:{}:{}:", k.expr.size(), k.helpers.size(), k.steps.size());
+  for (const ElementwiseStep& st : k.steps)
+    key += fmt::format("{}:{}:", static_cast<int>(st.dtype), st.expr.size());
+  key += k.expr;
+  key += k.helpers;
+  for (const ElementwiseStep& st : k.steps) key += st.expr;
+  return key;
+}
+
+const ShaderCode& kernel_shader(Context& ctx, const ElementwiseKernel& k, const Variant& v,
+                                uint32_t meta_words) {
+  KernelCache& cache = kernel_cache();
+  const std::string key = cache_key(k, v, meta_words);
+  {
+    std::shared_lock lock(cache.mutex);
+    auto it = cache.map.find(key);
+    if (it != cache.map.end()) return *it->second;
+  }
+  const ShaderCode& code = compile_glsl("elementwise", generate(k, v, meta_words), ctx.options().cache_dir);
+  std::unique_lock lock(cache.mutex);
+  cache.map.emplace(key, &code);
+  return code;
+}
+
+uint32_t word(int64_t x) { return static_cast<uint32_t>(static_cast<int32_t>(x)); }
+
+}  // namespace
+
+std::string_view glsl_value_type(Dtype t) {
+  switch (t) {
+    case Dtype::bool_:
+      return "bool";
+    case Dtype::uint8:
+    case Dtype::uint32:
+      return "uint";
+    case Dtype::int8:
+    case Dtype::int32:
+      return "int";
+    case Dtype::int64:
+      return "int64_t";
+    case Dtype::float16:
+    case Dtype::bfloat16:
+    case Dtype::float32:
+      return "float";
+    case Dtype::float64:
+      return "double";
+  }
+  return "float";
+}
+
+ElementwiseFeatures ElementwiseFeatures::of(const DeviceCaps& caps) {
+  return {caps.storage8, caps.storage16, caps.int64, caps.float64};
+}
+
+void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const GpuView> inputs,
+                        const GpuView& out) {
+  record_elementwise(r, k, inputs, out, ElementwiseFeatures::of(r.context().caps()));
+}
+
+void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const GpuView> inputs,
+                        const GpuView& out, const ElementwiseFeatures& f) {
+  Context& ctx = r.context();
+  const DeviceCaps& caps = ctx.caps();
+  if ((f.storage8 && !caps.storage8) || (f.storage16 && !caps.storage16) || (f.int64 && !caps.int64) ||
+      (f.float64 && !caps.float64))
+    throw ValueError::of(kOp, "features asked for that the device lacks", "{}", caps.name);
+  if (inputs.size() != k.inputs.size())
+    throw ValueError::of(kOp, "the kernel and the views differ in their number of inputs", "{} vs {}",
+                         k.inputs.size(), inputs.size());
+  if (k.expr.empty()) throw ValueError::of(kOp, "the kernel has no expression");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_view(inputs[i], kOp);
+    if (inputs[i].dtype != k.inputs[i])
+      throw ValueError::of(kOp, "an input's dtype differs from the kernel's", "input {}: {} vs {}", i,
+                           dtype_name(inputs[i].dtype), dtype_name(k.inputs[i]));
+    if (inputs[i].shape.size() > out.shape.size())
+      throw ShapeError::of(kOp, "an input has more dims than the output", "input {}: {} -> {}", i,
+                           inputs[i].shape, out.shape);
+    check_dtype(k.inputs[i], f, caps);
+  }
+  check_view(out, kOp);
+  check_contiguous_out(out, out.shape, kOp);
+  if (out.dtype != k.out)
+    throw ValueError::of(kOp, "the output's dtype differs from the kernel's", "{} vs {}",
+                         dtype_name(out.dtype), dtype_name(k.out));
+  check_dtype(k.out, f, caps);
+  check_dtype(k.compute, f, caps);
+  for (const ElementwiseStep& st : k.steps) check_dtype(st.dtype, f, caps);
+
+  // Every view's strides over out's shape: broadcast dims get stride 0.
+  const size_t rank = out.shape.size(), n_in = inputs.size();
+  std::vector<Strides> strides(n_in + 1, Strides(rank, 0));
+  for (size_t i = 0; i < n_in; ++i) {
+    const GpuView& in = inputs[i];
+    const size_t lead = rank - in.shape.size();
+    for (size_t d = 0; d < in.shape.size(); ++d) {
+      if (in.shape[d] == out.shape[lead + d]) {
+        strides[i][lead + d] = in.strides[d];
+      } else if (in.shape[d] != 1) {
+        throw ShapeError::of(kOp, "an input does not broadcast to the output", "input {}: {} -> {}", i,
+                             in.shape, out.shape);
+      }
+    }
+  }
+  strides[n_in] = out.strides;
+  const int64_t n = numel(out.shape);
+  if (n == 0) return;
+  Shape shape = out.shape;
+  std::vector<Strides*> views;
+  for (Strides& s : strides) views.push_back(&s);
+  collapse(shape, views);
+  check_rank(shape, kOp);
+
+  Variant v;
+  v.features = f;
+  const Strides contiguous = row_major_strides(shape);
+  for (size_t i = 0; i < n_in; ++i) {
+    if (strides[i] == contiguous)
+      v.walks.push_back(Walk::linear);
+    else if (std::ranges::all_of(strides[i], [](int64_t s) { return s == 0; }))
+      v.walks.push_back(Walk::scalar);
+    else
+      v.walks.push_back(Walk::strided);
+  }
+  const size_t n_strided = std::ranges::count(v.walks, Walk::strided);
+  if (n_strided > 0) v.rank = static_cast<int>(shape.size());
+
+  std::vector<uint32_t> meta = {static_cast<uint32_t>(n), static_cast<uint32_t>(out.offset)};
+  for (const GpuView& in : inputs) meta.push_back(static_cast<uint32_t>(in.offset));
+  if (n_strided > 0) {
+    for (int64_t d : shape) meta.push_back(static_cast<uint32_t>(d));
+    for (size_t i = 0; i < n_in; ++i)
+      if (v.walks[i] == Walk::strided)
+        for (int64_t s : strides[i]) meta.push_back(word(s));
+  }
+  v.meta_in_buffer = meta.size() > kPushWords;
+  const size_t bindings = n_in + 1 + (v.meta_in_buffer ? 1 : 0);
+  if (bindings > Context::kMaxBindings)
+    throw NotImplemented::of(kOp, "too many inputs for one kernel", "{} inputs need {} bindings, at most {}",
+                             n_in, bindings, Context::kMaxBindings);
+  const uint32_t meta_words = static_cast<uint32_t>(meta.size());
+  const ShaderCode& shader = kernel_shader(ctx, k, v, meta_words);
+
+  std::vector<Binding> binds;
+  for (const GpuView& in : inputs) binds.push_back({in.buffer, Access::read});
+  const uint32_t per = per_invocation(k.out, f);
+  binds.push_back({out.buffer, per > 1 ? Access::read_write : Access::write});
+  std::span<const std::byte> push = std::as_bytes(std::span<const uint32_t>(meta));
+  if (v.meta_in_buffer) {
+    const size_t bytes = meta.size() * sizeof(uint32_t);
+    BufferPtr b = ctx.allocator().allocate(bytes);
+    if (b->mapped()) {
+      std::memcpy(b->mapped(), meta.data(), bytes);
+    } else {
+      BufferPtr staging = ctx.staging_allocator().allocate(bytes);
+      std::memcpy(staging->mapped(), meta.data(), bytes);
+      r.copy(staging, 0, b, 0, bytes);
+    }
+    binds.push_back({b, Access::read});
+    push = {};
+  }
+  const uint64_t first_word = static_cast<uint64_t>(out.offset) / per;
+  const uint64_t last_word = static_cast<uint64_t>(out.offset + n - 1) / per;
+  const uint64_t invocations = last_word - first_word + 1;
+  const uint32_t wg = workgroup_size(ctx);
+  const uint32_t spec[] = {wg};
+  r.dispatch(shader, spec, binds, push, Groups::linear((invocations + wg - 1) / wg, ctx));
+}
+
+}  // namespace kiln::detail::vk

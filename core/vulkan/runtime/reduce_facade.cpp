@@ -1,0 +1,66 @@
+// gpu::reduce and gpu::arg_reduce (core/vulkan/gpu.h) on the row-reduction kernels: the reduced
+// axes go last, the kept ones form the rows and the reduced ones the columns; a copy into a
+// row-major temporary makes them so when the view's strides do not.
+#include <optional>
+
+#include "kiln/core/cpu/reduce.h"
+#include "kiln/core/vulkan/gpu.h"
+#include "kiln/core/vulkan/runtime/array_views.h"
+#include "kiln/core/vulkan/runtime/reduce_kernels.h"
+
+namespace kiln::gpu {
+namespace vk = kiln::detail::vk;
+namespace {
+
+// x with `axes` last, as a [rows, cols] view with dense columns (copied when it is not one; bools
+// may keep strided columns, and are widened to int32 when they need a copy).
+vk::GpuView as_rows(vk::Recorder& r, const Array& x, std::span<const int> axes) {
+  vk::GpuView v = vk::move_axes_to_end(vk::array_view(x), axes);
+  const size_t kept = v.shape.size() - axes.size();
+  const int64_t rows = vk::shape_product(v.shape, 0, kept),
+                cols = vk::shape_product(v.shape, kept, v.shape.size());
+  std::optional<int64_t> row_stride = vk::merged_stride(v, 0, kept);
+  std::optional<int64_t> col_stride = vk::merged_stride(v, kept, v.shape.size());
+  // The kernel reads bools (which record_copy cannot move) with any column stride, so they are
+  // widened only when the axes do not merge; other dtypes get dense columns for coalesced loads.
+  const bool bytes = size_of(x.dtype()) == 1;
+  const bool cols_ok = cols <= 1 || (col_stride && (*col_stride == 1 || (bytes && *col_stride > 0)));
+  if (x.size() > 0 && (!row_stride || *row_stride < 0 || !cols_ok)) {
+    if (bytes && x.dtype() != bool_)
+      throw NotImplemented::of("reduce", "no GPU kernel for this dtype", "{}", dtype_name(x.dtype()));
+    // Bools are widened to int32, which the kernels reduce to the same values.
+    vk::GpuView dense = vk::GpuView::contiguous(
+        r.context().allocator().allocate(static_cast<size_t>(std::max<int64_t>(x.size(), 1)) * 4),
+        bytes ? int32 : x.dtype(), v.shape);
+    if (bytes) {
+      vk::record_widen_bool(r, v, dense);
+    } else {
+      vk::record_copy(r, v, dense);
+    }
+    v = std::move(dense);
+    row_stride = cols;
+    col_stride = 1;
+  }
+  v.shape = {rows, cols};
+  v.strides = {row_stride.value_or(cols), cols <= 1 ? 1 : col_stride.value_or(1)};
+  return v;
+}
+
+}  // namespace
+
+void reduce(uint8_t kind, const Array& x, std::span<const int> axes, Array& out) {
+  allocate(out);
+  if (out.size() == 0) return;
+  vk::record_reduce_rows(vk::thread_recorder(), static_cast<detail::ReduceKind>(kind),
+                         as_rows(vk::thread_recorder(), x, axes), vk::array_out_view(out, {out.size()}));
+}
+
+void arg_reduce(bool is_max, const Array& x, int axis, Array& out) {
+  allocate(out);
+  if (out.size() == 0) return;
+  const int axes[] = {axis};
+  vk::record_arg_reduce_rows(vk::thread_recorder(), is_max, as_rows(vk::thread_recorder(), x, axes),
+                             vk::array_out_view(out, {out.size()}));
+}
+
+}  // namespace kiln::gpu

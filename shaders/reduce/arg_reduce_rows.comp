@@ -1,0 +1,81 @@
+#version 450
+// out[r] = column (int32) of the largest (kMax) or smallest element of row r of a [rows, cols]
+// block with dense columns: the first one on ties, and the first NaN when there is one (NaN
+// counts as the extreme, as on the CPU). Laid out like reduce_rows.comp: kWorkgroupSize /
+// threads_per_row rows per workgroup, a strided fold per invocation, then a shared-memory tree
+// whose joins keep the lower column on equal values, so the order of the joins does not matter.
+// kiln-variant: arg_reduce_rows_f32 -DIN_T=float -DVAL_T=float -DKILN_FLOAT
+// kiln-variant: arg_reduce_rows_i32 -DIN_T=int -DVAL_T=int
+// kiln-variant: arg_reduce_rows_f16 -DIN_T=float16_t -DVAL_T=float -DKILN_FLOAT -DKILN_16BIT
+#extension GL_GOOGLE_include_directive : require
+#ifdef KILN_16BIT
+#extension GL_EXT_shader_16bit_storage : require
+#endif
+#include "../common/indexing.glsl"
+
+layout(constant_id = 1) const bool kMax = true;
+
+layout(std430, set = 0, binding = 0) readonly buffer In { IN_T x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Out { int y[]; };
+
+layout(push_constant) uniform Push {
+  uint rows;
+  uint cols;
+  uint row_stride;
+  uint in_offset;
+  uint out_offset;
+  uint threads_per_row;  // a power of two dividing kWorkgroupSize
+} p;
+
+shared VAL_T best_value[kWorkgroupSize];
+shared uint best_index[kWorkgroupSize];
+
+bool is_nan(VAL_T v) {
+#ifdef KILN_FLOAT
+  return isnan(v);
+#else
+  return false;
+#endif
+}
+
+// Whether (bv, bi) should replace (av, ai). An index of 0xFFFFFFFF marks an empty slot.
+bool better(VAL_T av, uint ai, VAL_T bv, uint bi) {
+  if (bi == 0xFFFFFFFFu) return false;
+  if (ai == 0xFFFFFFFFu) return true;
+  const bool an = is_nan(av), bn = is_nan(bv);
+  if (an || bn) return bn && (!an || bi < ai);
+  if (bv == av) return bi < ai;
+  return kMax ? bv > av : bv < av;
+}
+
+void main() {
+  const uint tid = gl_LocalInvocationID.x;
+  const uint tpr = p.threads_per_row;
+  const uint lane = tid & (tpr - 1u);
+  const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  const uint row = group * (kWorkgroupSize / tpr) + tid / tpr;
+  const bool in_range = row < p.rows;
+  VAL_T value = VAL_T(0);
+  uint index = 0xFFFFFFFFu;
+  if (in_range) {
+    const uint base = p.in_offset + row * p.row_stride;
+    for (uint c = lane; c < p.cols; c += tpr) {
+      const VAL_T v = VAL_T(x[base + c]);
+      if (better(value, index, v, c)) {
+        value = v;
+        index = c;
+      }
+    }
+  }
+  best_value[tid] = value;
+  best_index[tid] = index;
+  barrier();
+  for (uint width = tpr / 2u; width > 0u; width /= 2u) {
+    if (lane < width && better(best_value[tid], best_index[tid], best_value[tid + width], best_index[tid + width])) {
+      best_value[tid] = best_value[tid + width];
+      best_index[tid] = best_index[tid + width];
+    }
+    barrier();
+  }
+  if (in_range && lane == 0u) y[p.out_offset + row] = int(best_index[tid]);
+}

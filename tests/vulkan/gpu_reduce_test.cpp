@@ -1,0 +1,281 @@
+// Reductions on the GPU through the ordinary API: every ReduceKind and argmax/argmin on
+// Device::gpu against the same ops on the CPU, over axis sets, dtypes, strided inputs, keepdims,
+// long rows (the two-pass split), many short rows, NaNs and ties. Runs on lavapipe in CI.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kiln/core/vulkan/runtime/context.h"
+#include "support/op_test.h"
+#include "vulkan_fixture.h"
+
+namespace kiln {
+namespace {
+
+using ReduceFn = std::function<Array(const Array&, const Axes&, bool, StreamOrDevice)>;
+
+struct Kind {
+  const char* name;
+  ReduceFn fn;
+};
+
+const std::vector<Kind> kKinds = {
+    {"sum", [](const Array& x, const Axes& a, bool k, StreamOrDevice s) { return sum(x, a, k, s); }},
+    {"prod", [](const Array& x, const Axes& a, bool k, StreamOrDevice s) { return prod(x, a, k, s); }},
+    {"max", [](const Array& x, const Axes& a, bool k, StreamOrDevice s) { return max(x, a, k, s); }},
+    {"min", [](const Array& x, const Axes& a, bool k, StreamOrDevice s) { return min(x, a, k, s); }},
+    {"all", [](const Array& x, const Axes& a, bool k, StreamOrDevice s) { return all(x, a, k, s); }},
+    {"any", [](const Array& x, const Axes& a, bool k, StreamOrDevice s) { return any(x, a, k, s); }},
+    {"mean", [](const Array& x, const Axes& a, bool k, StreamOrDevice s) { return mean(x, a, k, s); }},
+};
+
+class GpuReduce : public detail::vk::testing::VulkanTest {
+ protected:
+  // fn(x) on the GPU must equal fn(x) on the CPU: same shape and dtype, values within tolerance
+  // (exactly for integer and bool results, NaN where the CPU has NaN).
+  static void expect_same(const std::function<Array(StreamOrDevice)>& fn, double rtol, double atol,
+                          const std::string& what) {
+    SCOPED_TRACE(what);
+    const Array cpu = fn(Device::cpu);
+    const Array gpu = fn(Device::gpu);
+    ASSERT_EQ(gpu.shape(), cpu.shape());
+    ASSERT_EQ(gpu.dtype(), cpu.dtype());
+    const bool exact = !is_floating(cpu.dtype());
+    test::expect_close(gpu, test::values(cpu), exact ? 0.0 : rtol, exact ? 0.0 : atol);
+  }
+  bool storage16() { return ctx().caps().storage16; }
+};
+
+Array rand(const Shape& s, uint64_t seed, Dtype t = float32, double lo = -2.0, double hi = 2.0) {
+  return test::random_array(s, t, seed, lo, hi);
+}
+
+// A bool array, mostly true, so that `all` is true for some short rows and false for others.
+Array rand_bool(const Shape& s, uint64_t seed) {
+  Array b = rand(s, seed) > -1.5;
+  b.eval();
+  return b;
+}
+
+std::string label(const char* kind, Dtype t, const Axes& axes, bool keep) {
+  std::string s = std::string(kind) + " " + std::string(dtype_name(t)) + " axes (";
+  for (int a : axes) s += std::to_string(a) + ",";
+  return s + ") keepdims " + (keep ? "1" : "0");
+}
+
+const std::vector<Axes> kAxisSets = {{2}, {0}, {1}, {0, 2}, {0, 1, 2}, {1, 2}, {0, 1}};
+
+TEST_F(GpuReduce, EveryKindOverAxisSetsFloat32AndInt32) {
+  const Array f = rand({4, 6, 5}, 1, float32, 0.5, 1.5);  // prod of 120 values stays finite
+  const Array g = rand({4, 6, 5}, 2);
+  const Array i = rand({4, 6, 5}, 3, int32, -40, 40);
+  for (const Kind& k : kKinds)
+    for (const Axes& axes : kAxisSets)
+      for (bool keep : {false, true}) {
+        const Array& fx = std::string(k.name) == "prod" ? f : g;
+        expect_same([&](StreamOrDevice s) { return k.fn(fx, axes, keep, s); }, 1e-5, 1e-5,
+                    label(k.name, float32, axes, keep));
+        expect_same([&](StreamOrDevice s) { return k.fn(i, axes, keep, s); }, 1e-5, 1e-5,
+                    label(k.name, int32, axes, keep));
+      }
+}
+
+TEST_F(GpuReduce, StridedInputs) {
+  const Array x = rand({5, 7, 6}, 4);
+  const Array i = rand({5, 7, 6}, 5, int32, -9, 9);
+  for (const Kind& k : kKinds)
+    for (const Axes& axes : std::vector<Axes>{{0}, {1}, {2}, {0, 2}, {0, 1, 2}}) {
+      // A transposed view and a strided slice: the reduced axes are not dense in memory.
+      expect_same(
+          [&](StreamOrDevice s) {
+            return k.fn(transpose(x, {2, 0, 1}, s), axes, true, s);
+          },
+          1e-5, 1e-5, label(k.name, float32, axes, true) + " transposed");
+      expect_same(
+          [&](StreamOrDevice s) {
+            return k.fn(slice(x, {1, 0, 1}, {5, 7, 6}, {2, 3, 2}, s), axes, false, s);
+          },
+          1e-5, 1e-5, label(k.name, float32, axes, false) + " sliced");
+      expect_same(
+          [&](StreamOrDevice s) {
+            return k.fn(transpose(i, {1, 2, 0}, s), axes, false, s);
+          },
+          0, 0, label(k.name, int32, axes, false) + " transposed");
+    }
+}
+
+TEST_F(GpuReduce, Float16AccumulatesInFloat32) {
+  if (!storage16()) GTEST_SKIP() << "the device lacks 16-bit storage buffers";
+  const Array x = rand({6, 9, 33}, 6, float16, 0.5, 1.5);
+  for (const Kind& k : kKinds)
+    for (const Axes& axes : std::vector<Axes>{{2}, {0, 1}, {1}})
+      for (bool keep : {false, true})
+        expect_same([&](StreamOrDevice s) { return k.fn(x, axes, keep, s); }, 2e-3, 2e-3,
+                    label(k.name, float16, axes, keep));
+  // A long float16 row: float32 accumulation keeps the sum accurate (a float16 one would not).
+  const Array row = rand({2, 100000}, 7, float16, 0.0, 1.0);
+  expect_same([&](StreamOrDevice s) { return sum(row, Axes{1}, false, s); }, 2e-3, 0, "float16 long sum");
+  expect_same([&](StreamOrDevice s) { return mean(row, Axes{1}, false, s); }, 2e-3, 0, "float16 long mean");
+  expect_same([&](StreamOrDevice s) { return max(row, Axes{1}, false, s); }, 0, 0, "float16 long max");
+}
+
+TEST_F(GpuReduce, BoolInputs) {
+  const Array b = rand_bool({5, 3, 4}, 8);
+  for (const Kind& k : kKinds)
+    if (std::string(k.name) != "mean")  // mean casts bools to float32 first: a cast kernel's job
+      for (const Axes& axes : kAxisSets)
+        for (bool keep : {false, true})
+          expect_same([&](StreamOrDevice s) { return k.fn(b, axes, keep, s); }, 1e-6, 1e-6,
+                      label(k.name, bool_, axes, keep));
+  // Strided columns are read in place (1-byte elements are not copied densely).
+  expect_same(
+      [&](StreamOrDevice s) {
+        return all(transpose(b, {2, 1, 0}, s), Axes{2}, false, s);
+      },
+      0, 0, "all of a transposed bool array");
+  // A comparison computed in the same eval (on the CPU: greater has no GPU kernel yet) feeds it.
+  const Array x = rand({9, 300}, 9);
+  expect_same([&](StreamOrDevice s) { return any(greater(x, 1.95, Device::cpu), Axes{1}, false, s); }, 0, 0,
+              "any of a comparison");
+  // Many rows share a word of the bool output: its bytes have one writer each.
+  const Array many = rand_bool({1001, 2}, 10);
+  expect_same([&](StreamOrDevice s) { return all(many, Axes{1}, false, s); }, 0, 0, "all of 1001 short rows");
+}
+
+TEST_F(GpuReduce, LongRowsAreSplitIntoTwoPasses) {
+  const Array x = rand({3, 150001}, 11);
+  const Array i = rand({2, 200000}, 12, int32, -1000, 1000);
+  for (const Kind& k : kKinds) {
+    if (std::string(k.name) == "prod") continue;  // a product of 10^5 values is 0 or inf
+    expect_same([&](StreamOrDevice s) { return k.fn(x, Axes{1}, false, s); }, 1e-4, 1e-2,
+                label(k.name, float32, {1}, false) + " long rows");
+    expect_same([&](StreamOrDevice s) { return k.fn(i, Axes{1}, true, s); }, 1e-5, 1e-5,
+                label(k.name, int32, {1}, true) + " long rows");
+  }
+  const Array big = rand({1 << 21}, 13, float32, 0.0, 1.0);  // one row of 2M elements
+  expect_same([&](StreamOrDevice s) { return sum(big, false, s); }, 1e-5, 0, "sum of 2^21 elements");
+  expect_same([&](StreamOrDevice s) { return prod(rand({70000}, 14, float32, 0.9999, 1.0001), false, s); },
+              1e-4, 0, "prod of a long row");
+  const Array bools = rand_bool({1, 100000}, 15);
+  expect_same([&](StreamOrDevice s) { return all(bools, Axes{1}, false, s); }, 0, 0,
+              "all of a long bool row");
+  expect_same([&](StreamOrDevice s) { return sum(bools, Axes{1}, false, s); }, 0, 0,
+              "count of a long bool row");
+}
+
+TEST_F(GpuReduce, ManyShortRowsAndColumns) {
+  const Array x = rand({5000, 3}, 16);
+  for (const Kind& k : kKinds) {
+    expect_same([&](StreamOrDevice s) { return k.fn(x, Axes{1}, false, s); }, 1e-5, 1e-5,
+                label(k.name, float32, {1}, false) + " short rows");
+    expect_same([&](StreamOrDevice s) { return k.fn(x, Axes{0}, false, s); }, 1e-4, 1e-3,
+                label(k.name, float32, {0}, false) + " columns");
+  }
+  expect_same(
+      [&](StreamOrDevice s) {
+        return sum(rand({777, 1}, 17), Axes{1}, false, s);
+      },
+      1e-6, 1e-6, "rows of one");
+}
+
+TEST_F(GpuReduce, NaNsPropagateThroughMaxAndMin) {
+  std::vector<float> v;
+  for (double d : test::values(rand({6, 40}, 18))) v.push_back(static_cast<float>(d));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  v[3] = nan;                    // row 0, early
+  v[40 + 39] = nan;              // row 1, last
+  v[80 + 5] = v[80 + 20] = nan;  // row 2, twice
+  const Array x(v, {6, 40});
+  for (const Kind& k : kKinds)
+    for (const Axes& axes : std::vector<Axes>{{1}, {0}, {0, 1}})
+      expect_same([&](StreamOrDevice s) { return k.fn(x, axes, false, s); }, 1e-5, 1e-5,
+                  label(k.name, float32, axes, false) + " with NaNs");
+  for (bool is_max : {true, false})
+    for (int axis : {0, 1})
+      expect_same(
+          [&](StreamOrDevice s) { return is_max ? argmax(x, axis, false, s) : argmin(x, axis, false, s); }, 0,
+          0, std::string(is_max ? "argmax" : "argmin") + " with NaNs, axis " + std::to_string(axis));
+}
+
+TEST_F(GpuReduce, ArgReductionsTakeTheFirstOfTies) {
+  // Values from a small set: every row has ties for its extreme.
+  const Array f = floor(rand({37, 300}, 19, float32, 0, 4));
+  const Array i = rand({300, 37}, 20, int32, 0, 3);
+  for (bool is_max : {true, false})
+    for (int axis : {0, 1})
+      for (bool keep : {false, true}) {
+        const auto arg = [&](const Array& x, StreamOrDevice s) {
+          return is_max ? argmax(x, axis, keep, s) : argmin(x, axis, keep, s);
+        };
+        const std::string what = std::string(is_max ? "argmax" : "argmin") + " axis " + std::to_string(axis);
+        expect_same([&](StreamOrDevice s) { return arg(f, s); }, 0, 0, what + " float32 ties");
+        expect_same([&](StreamOrDevice s) { return arg(i, s); }, 0, 0, what + " int32 ties");
+        expect_same([&](StreamOrDevice s) { return arg(transpose(f, s), s); }, 0, 0, what + " transposed");
+      }
+  expect_same(
+      [&](StreamOrDevice s) {
+        return argmax(rand({3, 120000}, 21), 1, false, s);
+      },
+      0, 0, "long rows");
+  expect_same([&](StreamOrDevice s) { return argmin(rand({100, 6, 7}, 22), false, s); }, 0, 0, "flattened");
+  if (storage16())
+    expect_same(
+        [&](StreamOrDevice s) {
+          return argmax(rand({9, 50}, 23, float16), 1, false, s);
+        },
+        0, 0, "float16");
+}
+
+TEST_F(GpuReduce, EmptyReductionsGiveTheIdentity) {
+  const Array e = zeros({3, 0});
+  for (const Kind& k : kKinds) {
+    if (std::string(k.name) == "max" || std::string(k.name) == "min") continue;  // no identity: ValueError
+    expect_same([&](StreamOrDevice s) { return k.fn(e, Axes{1}, false, s); }, 0, 0,
+                label(k.name, float32, {1}, false));
+  }
+}
+
+TEST_F(GpuReduce, UnsupportedDtypesThrowNotImplemented) {
+  const Array x = rand({4, 5}, 24, float64);
+  try {
+    eval(sum(x, Axes{1}, false, Device::gpu));
+    FAIL() << "expected NotImplemented";
+  } catch (const NotImplemented& e) {
+    EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Sum"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(eval(argmax(rand({4, 5}, 25, uint8, 0, 200), 1, false, Device::gpu)), NotImplemented);
+}
+
+TEST_F(GpuReduce, GradientsThroughGpuReductionsMatchTheCpu) {
+  const Array x = rand({6, 11}, 26);
+  for (const Kind& k : kKinds) {
+    const std::string name = k.name;
+    if (name == "all" || name == "any") continue;
+    const auto loss = [&](Device d) {
+      return value_and_grad([&, d](const Array& a) { return sum(k.fn(a, Axes{1}, false, d), false, d); })(x);
+    };
+    SCOPED_TRACE(name);
+    try {
+      const auto [gv, gg] = loss(Device::gpu);
+      const auto [cv, cg] = loss(Device::cpu);
+      test::expect_close(gv, test::values(cv), 1e-5, 1e-5);
+      test::expect_close(gg, test::values(cg), 1e-5, 1e-5);
+    } catch (const Error& e) {
+      // The vjps of prod, max and min need kernels not written yet (cumprod, equal, ...); the
+      // base eval_gpu throws DeviceError naming them, a kernel missing a case NotImplemented.
+      const std::string msg = e.what();
+      if (name == "sum" || name == "mean" || msg.find("GPU") == std::string::npos) throw;
+      std::cout << "[ note ] gradient of " << name << " not all on the GPU yet: " << msg << "\n";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
