@@ -17,13 +17,9 @@ namespace kiln::gpu {
 namespace vk = kiln::detail::vk;
 namespace {
 
-vk::Recorder& recorder() { return vk::thread_recorder(); }
-vk::GpuView view(const Array& a) { return vk::array_view(a); }
-vk::GpuView out_view(const Array& out, const Shape& shape) { return vk::array_out_view(out, shape); }
-
 // x viewed with out_shape's rank and size: broadcast dims get stride 0.
 vk::GpuView broadcast_view(const Array& x, const Shape& out_shape) {
-  vk::GpuView v = view(x);
+  vk::GpuView v = vk::array_view(x);
   v.strides = detail::broadcast_strides(v.shape, v.strides, out_shape);
   v.shape = out_shape;
   return v;
@@ -59,7 +55,7 @@ void copy(const Array& x, Array& out) {
                          shape_str(out.shape()));
   allocate(out);
   if (x.size() == 0) return;
-  vk::record_copy(recorder(), view(x), out_view(out, x.shape()));
+  vk::record_copy(vk::thread_recorder(), vk::array_view(x), vk::array_out_view(out, x.shape()));
 }
 
 void unary(UnaryKernel op, const Array& x, Array& out) {
@@ -67,7 +63,8 @@ void unary(UnaryKernel op, const Array& x, Array& out) {
   if (x.size() == 0) return;
   static constexpr vk::UnaryOp kOps[] = {vk::UnaryOp::neg, vk::UnaryOp::exp, vk::UnaryOp::log,
                                          vk::UnaryOp::tanh, vk::UnaryOp::relu};
-  vk::record_unary(recorder(), kOps[static_cast<int>(op)], view(x), out_view(out, x.shape()));
+  vk::record_unary(vk::thread_recorder(), kOps[static_cast<int>(op)], vk::array_view(x),
+                   vk::array_out_view(out, x.shape()));
 }
 
 void binary(BinaryKernel op, const Array& a, const Array& b, Array& out) {
@@ -75,8 +72,8 @@ void binary(BinaryKernel op, const Array& a, const Array& b, Array& out) {
   if (out.size() == 0) return;
   static constexpr vk::BinaryOp kOps[] = {vk::BinaryOp::add, vk::BinaryOp::sub, vk::BinaryOp::mul,
                                           vk::BinaryOp::div, vk::BinaryOp::max};
-  vk::record_binary(recorder(), kOps[static_cast<int>(op)], broadcast_view(a, out.shape()),
-                    broadcast_view(b, out.shape()), out_view(out, out.shape()));
+  vk::record_binary(vk::thread_recorder(), kOps[static_cast<int>(op)], broadcast_view(a, out.shape()),
+                    broadcast_view(b, out.shape()), vk::array_out_view(out, out.shape()));
 }
 
 void matmul(const Array& a, const Array& b, Array& out) {
@@ -88,9 +85,9 @@ void matmul(const Array& a, const Array& b, Array& out) {
   Shape as(s.begin(), s.end() - 2), bs = as;
   as.insert(as.end(), {s[batch], k});
   bs.insert(bs.end(), {k, s[batch + 1]});
-  vk::record_matmul(recorder(), merge_leading(broadcast_view(a, as), batch, "matmul"),
+  vk::record_matmul(vk::thread_recorder(), merge_leading(broadcast_view(a, as), batch, "matmul"),
                     merge_leading(broadcast_view(b, bs), batch, "matmul"),
-                    merge_leading(out_view(out, s), batch, "matmul"));
+                    merge_leading(vk::array_out_view(out, s), batch, "matmul"));
 }
 
 bool has_pending() { return vk::tls_thread_recorder && vk::tls_thread_recorder->pending() > 0; }
