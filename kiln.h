@@ -4,6 +4,7 @@
 #include "kiln/core/array.h"
 #include "kiln/core/compile.h"
 #include "kiln/core/custom_transforms.h"
+#include "kiln/core/distributed/distributed.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/exclusive.h"

@@ -255,13 +255,8 @@ int main(int argc, char** argv) {
 
   try {
     if (data_dir.empty()) data_dir = io::fashion_mnist_dir();
-    auto train_set = io::load_mnist(data_dir, io::Split::train);
-    auto test_set = io::load_mnist(data_dir, io::Split::test);
-    for (auto* split : {&train_set, &test_set})
-      if (limit > 0 && limit < split->size()) {
-        split->images = kiln::slice(split->images, {kiln::Slice{0, limit}});
-        split->labels = kiln::slice(split->labels, {kiln::Slice{0, limit}});
-      }
+    const auto train_set = io::load_mnist(data_dir, io::Split::train).head(limit);
+    const auto test_set = io::load_mnist(data_dir, io::Split::test).head(limit);
     fmt::print("Fashion-MNIST from {}: {} training, {} test images; model {}\n", data_dir, train_set.size(),
                test_set.size(), s.model);
     kiln::random::seed(s.seed);

@@ -1,5 +1,6 @@
 #include "kiln/io/data_loader.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "kiln/core/ops/binary.h"
@@ -37,6 +38,11 @@ std::vector<int64_t> permutation(int64_t n, uint64_t seed, int64_t epoch) {
 void check_options(const DataLoaderOptions& o) {
   if (o.batch_size < 1) throw ValueError::of("DataLoader", "batch_size must be >= 1", "got {}", o.batch_size);
   if (o.prefetch < 0) throw ValueError::of("DataLoader", "prefetch must be >= 0", "got {}", o.prefetch);
+  if (o.shard_count < 1)
+    throw ValueError::of("DataLoader", "shard_count must be >= 1", "got {}", o.shard_count);
+  if (o.shard_rank < 0 || o.shard_rank >= o.shard_count)
+    throw ValueError::of("DataLoader", "shard_rank must be in [0, shard_count)", "got {} of {}", o.shard_rank,
+                         o.shard_count);
 }
 
 }  // namespace
@@ -65,7 +71,7 @@ DataLoader::DataLoader(std::shared_ptr<const BatchSource> source, DataLoaderOpti
   check_options(options_);
   size_ = source_->size();
   if (size_ < 0) throw ValueError::of("DataLoader", "source has a negative size", "{}", size_);
-  const int64_t bs = options_.batch_size;
+  const int64_t bs = options_.batch_size * options_.shard_count;  // a global batch
   batches_ = options_.drop_last ? size_ / bs : size_ / bs + (size_ % bs != 0);
 }
 
@@ -80,6 +86,13 @@ DataLoader::~DataLoader() {
 
 DataPosition DataLoader::advance(DataPosition p) const {
   return p.batch + 1 >= batches_ ? DataPosition{p.epoch + 1, 0} : DataPosition{p.epoch, p.batch + 1};
+}
+
+std::pair<int64_t, int64_t> DataLoader::sample_range(int64_t batch) const {
+  const int64_t k = options_.shard_count, r = options_.shard_rank;
+  const int64_t begin = batch * options_.batch_size * k;
+  const int64_t length = std::max<int64_t>(std::min(size_, begin + options_.batch_size * k) - begin, 0);
+  return {begin + r * length / k, begin + (r + 1) * length / k};
 }
 
 void DataLoader::check_position(const char* op, DataPosition p) const {
@@ -98,8 +111,7 @@ const std::vector<int64_t>& DataLoader::order(int64_t epoch) {
 
 std::vector<int64_t> DataLoader::batch_indices(int64_t epoch, int64_t batch) const {
   check_position("DataLoader::batch_indices", {epoch, batch});
-  const int64_t begin = batch * options_.batch_size;
-  const int64_t end = std::min(size_, begin + options_.batch_size);
+  const auto [begin, end] = sample_range(batch);
   if (batch == batches_ || begin >= end) return {};
   if (!options_.shuffle) {
     std::vector<int64_t> out(static_cast<size_t>(end - begin));
@@ -114,8 +126,7 @@ Batch DataLoader::make_batch(DataPosition p) {
   Batch b;
   b.epoch = p.epoch;
   b.index = p.batch;
-  const int64_t begin = p.batch * options_.batch_size;
-  const int64_t end = std::min(size_, begin + options_.batch_size);
+  const auto [begin, end] = sample_range(p.batch);
   if (options_.shuffle) {
     const std::vector<int64_t>& perm = order(p.epoch);
     b.indices.assign(perm.begin() + begin, perm.begin() + end);

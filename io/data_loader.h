@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kiln/io/datasets.h"
@@ -54,11 +55,21 @@ struct DataLoaderOptions {
   bool drop_last = false;      ///< drop the last batch of an epoch when it would be smaller
   BatchTransform transform{};  ///< applied to every batch on the prefetch thread, then evaluated there
   int prefetch = 2;            ///< batches prepared ahead by a background thread; 0: made in next()
+  /// Data-parallel sharding (nn/distributed.h): this process's rank among shard_count, each
+  /// loading its own part of every global batch of batch_size * shard_count samples.
+  int shard_rank = 0;   ///< in [0, shard_count)
+  int shard_count = 1;  ///< >= 1
 };
 
 /// Batches of a dataset, epoch after epoch. Batch b of epoch e holds the samples
 /// order_e[b * batch_size, (b + 1) * batch_size), where order_e is 0..N-1 or, with shuffle, a
 /// permutation drawn from (seed, e) alone (kiln's own generator, so orders differ from PyTorch's).
+/// Sharded (shard_count k > 1), batch b is rank r's part of global batch b, the L samples
+/// order_e[b * G, min(N, (b + 1) * G)) with G = batch_size * k: the samples [r * L / k,
+/// (r + 1) * L / k) of it. So every rank follows the same order, the ranks' parts are disjoint,
+/// together they are exactly what one loader with batch_size G delivers, and a full global batch
+/// gives each rank batch_size samples. batches_per_epoch() counts global batches; the last one may
+/// be split unevenly (or leave a rank none): use drop_last so the ranks' means weigh alike.
 /// A background thread runs ahead of the caller by up to `prefetch` batches, gathering, applying
 /// the transform and evaluating its result; an exception it meets is rethrown by next() in place
 /// of that batch. Use from one thread (next, epoch, set_position); position() and
@@ -67,7 +78,8 @@ struct DataLoaderOptions {
 class DataLoader {
  public:
   /// Over arrays that share their first axis (ArrayDataset), e.g. {images, labels}.
-  /// Throws as ArrayDataset does, and ValueError for bad options (batch_size < 1, prefetch < 0).
+  /// Throws as ArrayDataset does, and ValueError for bad options (batch_size < 1, prefetch < 0,
+  /// shard_count < 1, shard_rank outside [0, shard_count)).
   explicit DataLoader(std::vector<Array> arrays, DataLoaderOptions options = {});
   /// Over any BatchSource (TextDataset, a user's class). Throws ValueError for a null source or
   /// bad options.
@@ -78,7 +90,7 @@ class DataLoader {
 
   /// Number of samples in the dataset.
   int64_t size() const { return size_; }
-  /// ceil(size / batch_size), or floor with drop_last.
+  /// ceil(size / (batch_size * shard_count)), or floor with drop_last.
   int64_t batches_per_epoch() const { return batches_; }
   /// The options it was built with.
   const DataLoaderOptions& options() const { return options_; }
@@ -97,7 +109,8 @@ class DataLoader {
   /// epoch. Batches prepared for another position are dropped. Throws ValueError for a negative
   /// epoch or a batch outside [0, batches_per_epoch()].
   void set_position(DataPosition p);
-  /// The dataset indices batch `batch` of epoch `epoch` holds. Throws as set_position does.
+  /// The dataset indices batch `batch` of epoch `epoch` holds (this shard's part). Throws as
+  /// set_position does.
   std::vector<int64_t> batch_indices(int64_t epoch, int64_t batch) const;
   /// Batches the prefetch thread has finished and queued so far (the bound of the queue shows as
   /// batches_prepared() - batches delivered <= prefetch).
@@ -116,6 +129,7 @@ class DataLoader {
     std::exception_ptr error;
   };
   DataPosition advance(DataPosition p) const;
+  std::pair<int64_t, int64_t> sample_range(int64_t batch) const;  // [begin, end) of order_e, this shard's
   void check_position(const char* op, DataPosition p) const;
   const std::vector<int64_t>& order(int64_t epoch);  // the maker's cached permutation
   Batch make_batch(DataPosition p);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "kiln/core/ops/cast.h"
+#include "kiln/core/ops/shape.h"
 #include "kiln/io/idx.h"
 
 namespace kiln::io {
@@ -100,6 +101,11 @@ Mnist load_mnist(const std::string& dir, Split split, Dtype label_dtype) {
     m.labels.eval();
   }
   return m;
+}
+
+Mnist Mnist::head(int64_t n) const {
+  if (n <= 0 || n >= size()) return *this;
+  return Mnist{.images = slice(images, {Slice{0, n}}), .labels = slice(labels, {Slice{0, n}})};
 }
 
 std::string fashion_mnist_dir() {

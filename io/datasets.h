@@ -53,6 +53,8 @@ struct Mnist {
   Array images;  ///< (N, 28, 28) uint8, 0 (background) to 255
   Array labels;  ///< (N) class indices 0-9, uint8 as stored (or the dtype asked of load_mnist)
   int64_t size() const { return images.valid() ? images.shape(0) : 0; }
+  /// The first n samples (views of these arrays); all of them when n <= 0 or n >= size().
+  Mnist head(int64_t n) const;
 };
 
 /// Loads the train (60000) or test (10000) split of MNIST or Fashion-MNIST from `dir`, which

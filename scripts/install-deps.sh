@@ -16,6 +16,7 @@ base_packages=(
   clang libclang-rt-14-dev
   python3-torch python3-h5py python3-numpy
   libvulkan-dev glslang-tools glslang-dev mesa-vulkan-drivers
+  libopenmpi-dev openmpi-bin
 )
 # The peers of the benchmarks (python3-torch) are base packages: the PyTorch export test needs them.
 bench_packages=()

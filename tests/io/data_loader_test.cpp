@@ -462,6 +462,71 @@ TEST(DataLoader, OptionsAreChecked) {
   EXPECT_THROW({ DataLoader l({zeros({3}), zeros({4})}); }, ShapeError);
 }
 
+// Two shards of batch B see, batch after batch, exactly what one loader of batch 2B sees, split
+// between them in rank order: the data-parallel equivalence nn/distributed.h relies on.
+TEST(DataLoader, ShardsSplitEveryGlobalBatchInRankOrder) {
+  for (const bool drop_last : {false, true}) {
+    SCOPED_TRACE(drop_last ? "drop_last" : "keep the last batch");
+    const DataLoaderOptions whole_options{
+        .batch_size = 6, .shuffle = true, .seed = 5, .drop_last = drop_last};
+    DataLoader whole(fields(), whole_options);
+    DataLoader rank0(fields(), {.batch_size = 3,
+                                .shuffle = true,
+                                .seed = 5,
+                                .drop_last = drop_last,
+                                .shard_rank = 0,
+                                .shard_count = 2});
+    DataLoader rank1(fields(), {.batch_size = 3,
+                                .shuffle = true,
+                                .seed = 5,
+                                .drop_last = drop_last,
+                                .prefetch = 0,
+                                .shard_rank = 1,
+                                .shard_count = 2});
+    ASSERT_EQ(rank0.batches_per_epoch(), whole.batches_per_epoch());
+    ASSERT_EQ(rank1.batches_per_epoch(), whole.batches_per_epoch());
+    EXPECT_EQ(whole.batches_per_epoch(), drop_last ? 3 : 4);  // 23 samples, global batches of 6
+    for (int64_t e = 0; e < 2; ++e)
+      for (int64_t b = 0; b < whole.batches_per_epoch(); ++b) {
+        const Batch w = whole.next(), p0 = rank0.next(), p1 = rank1.next();
+        expect_consistent(p0);
+        expect_consistent(p1);
+        EXPECT_EQ(p0.epoch, e);
+        EXPECT_EQ(p1.index, b);
+        Indices joined = p0.indices;
+        joined.insert(joined.end(), p1.indices.begin(), p1.indices.end());
+        EXPECT_EQ(joined, w.indices) << "epoch " << e << " batch " << b;
+        EXPECT_EQ(p0.indices, rank0.batch_indices(e, b));
+        // Full global batches give every rank batch_size samples; the last (5 samples) splits 2 + 3.
+        const bool last = !drop_last && b == 3;
+        EXPECT_EQ(p0.size(), last ? 2 : 3);
+        EXPECT_EQ(p1.size(), 3);
+      }
+  }
+}
+
+TEST(DataLoader, ShardsOfAShortLastBatchMayBeEmpty) {
+  // 7 samples, 3 shards of batch 2: global batches of 6 and 1; the lone last sample goes to rank 2.
+  std::vector<int64_t> sizes;
+  for (int r = 0; r < 3; ++r) {
+    DataLoader shard(fields(), {.batch_size = 2, .shard_rank = r, .shard_count = 3});
+    DataLoader seven({slice(fields()[0], {Slice{0, 7}}), slice(fields()[1], {Slice{0, 7}})},
+                     {.batch_size = 2, .shard_rank = r, .shard_count = 3});
+    EXPECT_EQ(shard.batches_per_epoch(), 4);  // 23 / 6, rounded up
+    ASSERT_EQ(seven.batches_per_epoch(), 2);
+    EXPECT_EQ(seven.next().indices, (Indices{2 * r, 2 * r + 1}));
+    const Batch last = seven.next();
+    expect_consistent(last);
+    EXPECT_EQ(last.indices, r == 2 ? Indices{6} : Indices{});
+  }
+}
+
+TEST(DataLoader, ShardOptionsAreChecked) {
+  EXPECT_THROW({ DataLoader l(fields(), {.shard_count = 0}); }, ValueError);
+  EXPECT_THROW({ DataLoader l(fields(), {.shard_rank = 2, .shard_count = 2}); }, ValueError);
+  EXPECT_THROW({ DataLoader l(fields(), {.shard_rank = -1, .shard_count = 2}); }, ValueError);
+}
+
 TEST(DataLoader, NullTransformResultIsAnError) {
   DataLoader loader(fields(), {.transform = [](std::vector<Array> f) {
                       f[1] = Array();

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/ops/shape.h"
 #include "kiln/io/datasets.h"
 #include "support/temp_dir.h"
 
@@ -380,6 +381,14 @@ TEST(FashionMnist, LoadMnistBothSplitsAndLayouts) {
   const std::vector<int> l = test32.labels.to_vector<int>();
   EXPECT_EQ(std::vector<int>(l.begin(), l.begin() + 20), kTestLabels);
   EXPECT_EQ(kFashionMnistClasses[static_cast<size_t>(l[0])], "Ankle boot");
+
+  const Mnist first = test32.head(20);
+  EXPECT_EQ(first.size(), 20);
+  EXPECT_EQ(first.images.shape(), (Shape{20, 28, 28}));
+  EXPECT_EQ(first.labels.to_vector<int>(), kTestLabels);
+  EXPECT_EQ(first.images.to_vector<int>(), slice(test32.images, {Slice{0, 20}}).to_vector<int>());
+  EXPECT_EQ(test32.head(0).size(), 10000);  // 0 and past-the-end: everything
+  EXPECT_EQ(test32.head(10001).size(), 10000);
 
   // The train labels alone (the 47 MB image file would dominate the test's time): a folder with
   // uncompressed files under MNIST's other spelling, "labels.idx1".

@@ -4,6 +4,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "kiln/core/error.h"
 #include "kiln/core/vulkan/runtime/memory.h"
@@ -227,24 +231,39 @@ ContextOptions ContextOptions::from_env() {
   return o;
 }
 
+// The instance of a probe or of a context that failed to start is kept, not destroyed, and with it
+// the driver stays loaded until the process exits. Destroying the last instance makes the loader unload the
+// driver, and lavapipe's LLVM then leaves allocations that only the unloaded library's globals pointed to:
+// LeakSanitizer reports them from an "unknown module", where no suppression can name the driver.
+// Kept instances are few (one per probe or failed context) and small; the process-wide context is
+// never destroyed either.
+namespace {
+void keep_driver_loaded(std::unique_ptr<VulkanApi> api, VkInstance instance) {
+  static std::mutex mutex;
+  static auto* kept = new std::vector<std::pair<std::unique_ptr<VulkanApi>, VkInstance>>();
+  std::lock_guard lock(mutex);
+  kept->emplace_back(std::move(api), instance);
+}
+}  // namespace
+
 Availability probe(const ContextOptions& options) {
   Availability a;
   try {
-    VulkanApi api(options.loader);
-    VkInstance instance = create_instance(api);
+    auto api = std::make_unique<VulkanApi>(options.loader);
+    VkInstance instance = create_instance(*api);
     try {
-      api.load_instance(instance);
+      api->load_instance(instance);
       std::vector<VkPhysicalDevice> devices;
-      const uint32_t i = select_device(api, instance, options, devices);
+      const uint32_t i = select_device(*api, instance, options, devices);
       VkPhysicalDeviceProperties p;
-      api.vkGetPhysicalDeviceProperties(devices[i], &p);
+      api->vkGetPhysicalDeviceProperties(devices[i], &p);
       a.available = true;
       a.device_name = p.deviceName;
       a.is_cpu = p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     } catch (const Error& e) {
       a.reason = e.what();
     }
-    if (api.vkDestroyInstance) api.vkDestroyInstance(instance, nullptr);
+    keep_driver_loaded(std::move(api), instance);
   } catch (const Error& e) {
     a.reason = e.what();
   }
@@ -339,14 +358,15 @@ Context::Context(const ContextOptions& options) : options_(options) {
     staging_ = std::make_unique<DeviceAllocator>(*this, DeviceAllocator::Kind::staging);
     pipelines_ = std::make_unique<PipelineCache>(*this, options.cache_dir);
   } catch (...) {
-    destroy();
+    destroy(/*keep_instance=*/true);
+    if (instance_) keep_driver_loaded(std::move(api_), instance_);
     throw;
   }
 }
 
 Context::~Context() { destroy(); }
 
-void Context::destroy() noexcept {
+void Context::destroy(bool keep_instance) noexcept {
   if (device_) api_->vkDeviceWaitIdle(device_);
   pipelines_.reset();
   const bool leaked = (allocator_ && allocator_->counters().active_bytes > 0) ||
@@ -373,6 +393,7 @@ void Context::destroy() noexcept {
     api_->vkDestroyDevice(device_, nullptr);
     device_ = VK_NULL_HANDLE;
   }
+  if (keep_instance) return;
   if (instance_) api_->vkDestroyInstance(instance_, nullptr);
   instance_ = VK_NULL_HANDLE;
 }

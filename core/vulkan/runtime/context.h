@@ -122,7 +122,8 @@ class Context {
  private:
   explicit Context(const ContextOptions& options);
   // Releases everything made so far; also what a throwing constructor calls. Idempotent.
-  void destroy() noexcept;
+  // keep_instance: everything but the instance (see keep_driver_loaded in context.cpp).
+  void destroy(bool keep_instance = false) noexcept;
   void fail(VkResult r, const char* what);
 
   ContextOptions options_;
