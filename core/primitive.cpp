@@ -3,7 +3,7 @@
 namespace kiln {
 
 void Primitive::eval_gpu(std::span<const Array>, std::span<Array>) const {
-  throw DeviceError::of(name(), "no GPU kernel in this build");
+  throw NotImplemented::of(name(), "no GPU kernel yet", "run it on the CPU (Device::cpu)");
 }
 std::vector<Array> Primitive::vjp(const VjpArgs&) const {
   throw NotImplemented::of(name(), "vjp is not implemented");

@@ -17,7 +17,7 @@ struct Add : BinaryOp<Add> {
   using BinaryOp::BinaryOp;
   static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Add";
-  static constexpr gpu::BinaryKernel kGpuKernel = gpu::BinaryKernel::add;
+  static constexpr const char* kGlsl = "x0 + x1";
   static constexpr TileOp kTileOp = TileOp::add;
   static constexpr const char* kOpName = "add";
   static constexpr DtypeSet kTypes = kNumericTypes;
@@ -31,7 +31,7 @@ struct Subtract : BinaryOp<Subtract> {
   using BinaryOp::BinaryOp;
   static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Subtract";
-  static constexpr gpu::BinaryKernel kGpuKernel = gpu::BinaryKernel::subtract;
+  static constexpr const char* kGlsl = "x0 - x1";
   static constexpr TileOp kTileOp = TileOp::subtract;
   static constexpr const char* kOpName = "subtract";
   static constexpr DtypeSet kTypes = kNumericTypes;
@@ -47,7 +47,7 @@ struct Multiply : BinaryOp<Multiply> {
   using BinaryOp::BinaryOp;
   static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Multiply";
-  static constexpr gpu::BinaryKernel kGpuKernel = gpu::BinaryKernel::multiply;
+  static constexpr const char* kGlsl = "x0 * x1";
   static constexpr TileOp kTileOp = TileOp::multiply;
   static constexpr const char* kOpName = "multiply";
   static constexpr DtypeSet kTypes = kNumericTypes;
@@ -61,7 +61,7 @@ struct Divide : BinaryOp<Divide> {
   using BinaryOp::BinaryOp;
   static constexpr bool kSimdF32 = true;
   static constexpr const char* kName = "Divide";
-  static constexpr gpu::BinaryKernel kGpuKernel = gpu::BinaryKernel::divide;
+  static constexpr const char* kGlsl = "x0 / x1";
   static constexpr TileOp kTileOp = TileOp::divide;
   static constexpr const char* kOpName = "divide";
   static constexpr DtypeSet kTypes = kFloatTypes;
@@ -77,6 +77,8 @@ struct Divide : BinaryOp<Divide> {
 struct Power : BinaryOp<Power> {
   using BinaryOp::BinaryOp;
   static constexpr const char* kName = "Power";
+  static constexpr const char* kGlsl = "kiln_power(x0, x1)";
+  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "power";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
@@ -100,7 +102,7 @@ struct Power : BinaryOp<Power> {
 struct Maximum : BinaryOp<Maximum> {
   using BinaryOp::BinaryOp;
   static constexpr const char* kName = "Maximum";
-  static constexpr gpu::BinaryKernel kGpuKernel = gpu::BinaryKernel::maximum;
+  static constexpr const char* kGlsl = "kiln_maximum(x0, x1)";
   static constexpr const char* kOpName = "maximum";
   static constexpr DtypeSet kTypes = kAllTypes;
   template <class T>
@@ -116,6 +118,7 @@ struct Maximum : BinaryOp<Maximum> {
 struct Minimum : BinaryOp<Minimum> {
   using BinaryOp::BinaryOp;
   static constexpr const char* kName = "Minimum";
+  static constexpr const char* kGlsl = "kiln_minimum(x0, x1)";
   static constexpr const char* kOpName = "minimum";
   static constexpr DtypeSet kTypes = kAllTypes;
   template <class T>
@@ -131,6 +134,7 @@ struct Minimum : BinaryOp<Minimum> {
 struct Remainder : BinaryOp<Remainder> {
   using BinaryOp::BinaryOp;
   static constexpr const char* kName = "Remainder";
+  static constexpr const char* kGlsl = "kiln_remainder(x0, x1)";
   static constexpr const char* kOpName = "remainder";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
@@ -158,6 +162,7 @@ struct Remainder : BinaryOp<Remainder> {
 struct FloorDivide : BinaryOp<FloorDivide> {
   using BinaryOp::BinaryOp;
   static constexpr const char* kName = "FloorDivide";
+  static constexpr const char* kGlsl = "kiln_floor_divide(x0, x1)";
   static constexpr const char* kOpName = "floor_divide";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
@@ -180,6 +185,8 @@ struct FloorDivide : BinaryOp<FloorDivide> {
 struct Arctan2 : BinaryOp<Arctan2> {
   using BinaryOp::BinaryOp;
   static constexpr const char* kName = "Arctan2";
+  static constexpr const char* kGlsl = "kiln_arctan2(x0, x1)";
+  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "arctan2";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kIntToFloat = true;
@@ -193,11 +200,12 @@ struct Arctan2 : BinaryOp<Arctan2> {
   }
 };
 
-#define KILN_COMPARISON(Name, op_name, expr)        \
+#define KILN_COMPARISON(Name, op_name, expr, glsl)  \
   struct Name : BinaryOp<Name> {                    \
     using BinaryOp::BinaryOp;                       \
     static constexpr const char* kName = #Name;     \
     static constexpr const char* kOpName = op_name; \
+    static constexpr const char* kGlsl = glsl;      \
     static constexpr DtypeSet kTypes = kAllTypes;   \
     static constexpr bool kOutBool = true;          \
     template <class T>                              \
@@ -205,14 +213,14 @@ struct Arctan2 : BinaryOp<Arctan2> {
       return expr;                                  \
     }                                               \
   };
-KILN_COMPARISON(Equal, "equal", a == b)
-KILN_COMPARISON(NotEqual, "not_equal", a != b)
-KILN_COMPARISON(Less, "less", a < b)
-KILN_COMPARISON(LessEqual, "less_equal", a <= b)
-KILN_COMPARISON(Greater, "greater", a > b)
-KILN_COMPARISON(GreaterEqual, "greater_equal", a >= b)
-KILN_COMPARISON(LogicalAnd, "logical_and", a != T(0) && b != T(0))
-KILN_COMPARISON(LogicalOr, "logical_or", a != T(0) || b != T(0))
+KILN_COMPARISON(Equal, "equal", a == b, "x0 == x1")
+KILN_COMPARISON(NotEqual, "not_equal", a != b, "x0 != x1")
+KILN_COMPARISON(Less, "less", a < b, "x0 < x1")
+KILN_COMPARISON(LessEqual, "less_equal", a <= b, "x0 <= x1")
+KILN_COMPARISON(Greater, "greater", a > b, "x0 > x1")
+KILN_COMPARISON(GreaterEqual, "greater_equal", a >= b, "x0 >= x1")
+KILN_COMPARISON(LogicalAnd, "logical_and", a != T(0) && b != T(0), "kiln_nonzero(x0) && kiln_nonzero(x1)")
+KILN_COMPARISON(LogicalOr, "logical_or", a != T(0) || b != T(0), "kiln_nonzero(x0) || kiln_nonzero(x1)")
 #undef KILN_COMPARISON
 
 }  // namespace

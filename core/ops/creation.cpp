@@ -35,6 +35,10 @@ class Full final : public PrimitiveWithParams<Full> {
       });
     });
   }
+  // The value (a 0-d array, broadcast) as stored.
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    gpu::elementwise("v0", out[0].dtype(), in, out[0]);
+  }
   std::vector<Array> vjp(const VjpArgs& a) const override { return {sum(a.cotangents[0])}; }
   std::vector<Array> jvp(const JvpArgs& a) const override { return {full(shape_, a.tangents[0], stream())}; }
 

@@ -164,6 +164,36 @@ inline void allocate_or_donate(Array& out, std::initializer_list<const Array*> c
   out.allocate();
 }
 
+// ---------------------------------------------------------------- GPU
+
+/// The dtype the GPU computes an elementwise op in, as compute_t does on the CPU: float32 for
+/// float16 and bfloat16, uint8 for bool (0 and 1, so comparisons, max and min hold), else itself.
+inline Dtype gpu_compute_dtype(Dtype t) {
+  if (t == float16 || t == bfloat16) return float32;
+  return t == bool_ ? uint8 : t;
+}
+
+/// An op with a GPU kernel states it in GLSL as `static constexpr const char* kGlsl`, over x0 (and
+/// x1), its inputs in gpu_compute_dtype; shaders/common/elementwise_ops.glsl defines the kiln_*
+/// functions, overloaded per type. GLSL has no double-precision exp, log, sin, ...: an op built on
+/// them states kGlslFloat32Math and has no float64 kernel.
+template <class D>
+concept HasGlsl = requires {
+  D::kGlsl;
+};
+template <class D>
+void eval_gpu_elementwise(std::span<const Array> in, Array& out) {
+  const Dtype t = in[0].dtype();  // a binary op's operands share one dtype (build converts them)
+  if constexpr (HasGlsl<D>) {
+    if constexpr (requires { D::kGlslFloat32Math; })
+      if (t == float64)
+        throw NotImplemented::of(D::kName, "no float64 kernel on the GPU",
+                                 "GLSL has no double-precision {}; use float32 or the CPU", D::kOpName);
+    return gpu::elementwise(D::kGlsl, gpu_compute_dtype(t), in, out);
+  }
+  throw NotImplemented::of(D::kName, "no GPU kernel yet", "{}", dtype_name(t));
+}
+
 // ---------------------------------------------------------------- unary
 
 template <class D>
@@ -181,8 +211,8 @@ concept FloatOnly = requires {
 /// Base of an elementwise unary primitive D, which provides:
 ///   kName, kTypes, `template <class T> static auto apply(T)`, and either
 ///   `static Array derivative(const Array& x, const Array& y)` (dy/dx) or nothing (gradient zero);
-///   optionally kOutBool (result is bool), kFloatOnly (integer input is promoted to float32) and
-///   kTileOp (its register-tile form in compile's fused chains).
+///   optionally kOutBool (result is bool), kFloatOnly (integer input is promoted to float32),
+///   kTileOp (its register-tile form in compile's fused chains) and kGlsl (its GPU kernel).
 template <class D>
 class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
  public:
@@ -234,9 +264,7 @@ class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
   }
 
   void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
-    if constexpr (requires { D::kGpuKernel; })
-      if (in[0].dtype() == float32) return gpu::unary(D::kGpuKernel, in[0], out[0]);
-    throw NotImplemented::of(D::kName, "no GPU kernel for this dtype yet", "{}", dtype_name(in[0].dtype()));
+    eval_gpu_elementwise<D>(in, out[0]);
   }
 
   TileOp tile_op() const override { return tile_op_of<D>(); }
@@ -292,8 +320,8 @@ concept DividesToFloat = requires {
 /// Base of an elementwise binary primitive D, which provides kName, kOpName, kTypes,
 /// `template <class T> static auto apply(T, T)`, and optionally
 /// `static std::pair<Array, Array> partials(x, y, out)` (d out/dx, d out/dy; an empty Array means 1),
-/// kOutBool, kIntToFloat (integer inputs computed in float32, as true division) and kTileOp (its
-/// register-tile form in compile's fused chains).
+/// kOutBool, kIntToFloat (integer inputs computed in float32, as true division), kTileOp (its
+/// register-tile form in compile's fused chains) and kGlsl (its GPU kernel).
 template <class D>
 class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
  public:
@@ -341,10 +369,7 @@ class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
   }
 
   void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
-    if constexpr (requires { D::kGpuKernel; })
-      if (in[0].dtype() == float32 && out[0].dtype() == float32)
-        return gpu::binary(D::kGpuKernel, in[0], in[1], out[0]);
-    throw NotImplemented::of(D::kName, "no GPU kernel for this dtype yet", "{}", dtype_name(in[0].dtype()));
+    eval_gpu_elementwise<D>(in, out[0]);
   }
 
   TileOp tile_op() const override { return tile_op_of<D>(); }

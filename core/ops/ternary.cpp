@@ -67,6 +67,10 @@ class Where final : public PrimitiveWithParams<Where>, public BlockKernel {
                    });
     });
   }
+  // v0 is the condition as stored (bool), v1 and v2 the values in their dtype.
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    gpu::elementwise("v0 ? v1 : v2", out[0].dtype(), in, out[0]);
+  }
   // Inputs each dense (row-contiguous, full size) or a single element: loops the compiler
   // vectorizes (relu is where(x <= 0, 0, x)), one instantiation per scalar pattern.
   static bool dense_or_scalar(std::span<const Array> in, Array& o) {

@@ -43,7 +43,7 @@ T erfinv_value(T y) {
 struct Negative : UnaryOp<Negative> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Negative";
-  static constexpr gpu::UnaryKernel kGpuKernel = gpu::UnaryKernel::negative;
+  static constexpr const char* kGlsl = "-x0";
   static constexpr TileOp kTileOp = TileOp::negative;
   static constexpr const char* kOpName = "negative";
   static constexpr DtypeSet kTypes = kNumericTypes;
@@ -56,6 +56,7 @@ struct Negative : UnaryOp<Negative> {
 struct Abs : UnaryOp<Abs> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Abs";
+  static constexpr const char* kGlsl = "kiln_abs(x0)";
   static constexpr const char* kOpName = "abs";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
@@ -70,6 +71,7 @@ struct Abs : UnaryOp<Abs> {
 struct Sign : UnaryOp<Sign> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Sign";
+  static constexpr const char* kGlsl = "kiln_sign(x0)";
   static constexpr const char* kOpName = "sign";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
@@ -82,7 +84,8 @@ struct Sign : UnaryOp<Sign> {
 struct Exp : UnaryOp<Exp> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Exp";
-  static constexpr gpu::UnaryKernel kGpuKernel = gpu::UnaryKernel::exp;
+  static constexpr const char* kGlsl = "kiln_exp(x0)";
+  static constexpr bool kGlslFloat32Math = true;
   static constexpr TileOp kTileOp = TileOp::exp;
   static constexpr const char* kOpName = "exp";
   static constexpr DtypeSet kTypes = kFloatTypes;
@@ -100,6 +103,8 @@ struct Exp : UnaryOp<Exp> {
 struct Expm1 : UnaryOp<Expm1> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Expm1";
+  static constexpr const char* kGlsl = "kiln_expm1(x0)";
+  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "expm1";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -112,7 +117,8 @@ struct Expm1 : UnaryOp<Expm1> {
 struct Log : UnaryOp<Log> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Log";
-  static constexpr gpu::UnaryKernel kGpuKernel = gpu::UnaryKernel::log;
+  static constexpr const char* kGlsl = "kiln_log(x0)";
+  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "log";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -125,6 +131,8 @@ struct Log : UnaryOp<Log> {
 struct Log1p : UnaryOp<Log1p> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Log1p";
+  static constexpr const char* kGlsl = "kiln_log1p(x0)";
+  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "log1p";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -137,6 +145,7 @@ struct Log1p : UnaryOp<Log1p> {
 struct Sqrt : UnaryOp<Sqrt> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Sqrt";
+  static constexpr const char* kGlsl = "kiln_sqrt(x0)";
   static constexpr const char* kOpName = "sqrt";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -149,6 +158,7 @@ struct Sqrt : UnaryOp<Sqrt> {
 struct Rsqrt : UnaryOp<Rsqrt> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Rsqrt";
+  static constexpr const char* kGlsl = "kiln_rsqrt(x0)";
   static constexpr const char* kOpName = "rsqrt";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -161,6 +171,7 @@ struct Rsqrt : UnaryOp<Rsqrt> {
 struct Square : UnaryOp<Square> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Square";
+  static constexpr const char* kGlsl = "kiln_square(x0)";
   static constexpr const char* kOpName = "square";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
@@ -172,6 +183,8 @@ struct Square : UnaryOp<Square> {
 struct Sin : UnaryOp<Sin> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Sin";
+  static constexpr const char* kGlsl = "kiln_sin(x0)";
+  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "sin";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -184,6 +197,8 @@ struct Sin : UnaryOp<Sin> {
 struct Cos : UnaryOp<Cos> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Cos";
+  static constexpr const char* kGlsl = "kiln_cos(x0)";
+  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "cos";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -196,6 +211,8 @@ struct Cos : UnaryOp<Cos> {
 struct Tan : UnaryOp<Tan> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Tan";
+  static constexpr const char* kGlsl = "kiln_tan(x0)";
+  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "tan";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -208,7 +225,8 @@ struct Tan : UnaryOp<Tan> {
 struct Tanh : UnaryOp<Tanh> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Tanh";
-  static constexpr gpu::UnaryKernel kGpuKernel = gpu::UnaryKernel::tanh;
+  static constexpr const char* kGlsl = "kiln_tanh(x0)";
+  static constexpr bool kGlslFloat32Math = true;
   static constexpr TileOp kTileOp = TileOp::tanh;
   static constexpr const char* kOpName = "tanh";
   static constexpr DtypeSet kTypes = kFloatTypes;
@@ -226,6 +244,8 @@ struct Tanh : UnaryOp<Tanh> {
 struct Sigmoid : UnaryOp<Sigmoid> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Sigmoid";
+  static constexpr const char* kGlsl = "kiln_sigmoid(x0)";
+  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "sigmoid";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -247,6 +267,8 @@ struct Sigmoid : UnaryOp<Sigmoid> {
 struct Erf : UnaryOp<Erf> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Erf";
+  static constexpr const char* kGlsl = "kiln_erf(x0)";
+  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "erf";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -261,6 +283,8 @@ struct Erf : UnaryOp<Erf> {
 struct Erfinv : UnaryOp<Erfinv> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Erfinv";
+  static constexpr const char* kGlsl = "kiln_erfinv(x0)";
+  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "erfinv";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -275,6 +299,7 @@ struct Erfinv : UnaryOp<Erfinv> {
 struct Floor : UnaryOp<Floor> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Floor";
+  static constexpr const char* kGlsl = "kiln_floor(x0)";
   static constexpr const char* kOpName = "floor";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
@@ -288,6 +313,7 @@ struct Floor : UnaryOp<Floor> {
 struct Ceil : UnaryOp<Ceil> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Ceil";
+  static constexpr const char* kGlsl = "kiln_ceil(x0)";
   static constexpr const char* kOpName = "ceil";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
@@ -301,6 +327,7 @@ struct Ceil : UnaryOp<Ceil> {
 struct Round : UnaryOp<Round> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Round";
+  static constexpr const char* kGlsl = "kiln_round(x0)";
   static constexpr const char* kOpName = "round";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
@@ -314,6 +341,7 @@ struct Round : UnaryOp<Round> {
 struct LogicalNot : UnaryOp<LogicalNot> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "LogicalNot";
+  static constexpr const char* kGlsl = "!kiln_nonzero(x0)";
   static constexpr const char* kOpName = "logical_not";
   static constexpr DtypeSet kTypes = kAllTypes;
   static constexpr bool kOutBool = true;
@@ -325,6 +353,7 @@ struct LogicalNot : UnaryOp<LogicalNot> {
 struct IsNan : UnaryOp<IsNan> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "IsNan";
+  static constexpr const char* kGlsl = "kiln_isnan(x0)";
   static constexpr const char* kOpName = "isnan";
   static constexpr DtypeSet kTypes = kAllTypes;
   static constexpr bool kOutBool = true;
@@ -339,6 +368,7 @@ struct IsNan : UnaryOp<IsNan> {
 struct IsInf : UnaryOp<IsInf> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "IsInf";
+  static constexpr const char* kGlsl = "kiln_isinf(x0)";
   static constexpr const char* kOpName = "isinf";
   static constexpr DtypeSet kTypes = kAllTypes;
   static constexpr bool kOutBool = true;

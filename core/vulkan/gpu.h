@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "kiln/core/array.h"
 
@@ -23,19 +24,17 @@ std::string unavailable_reason();
 
 // ---------------------------------------------------------------- kernels (for eval_gpu)
 
-/// Elementwise operations of the built-in float32 kernels.
-enum class UnaryKernel : uint8_t { negative, exp, log, tanh, relu };
-enum class BinaryKernel : uint8_t { add, subtract, multiply, divide, maximum };
-
 /// Gives `out` fresh row-major device storage of its shape and dtype.
 void allocate(Array& out);
 /// out = x's values in row-major order, converted to out's dtype; out gets device storage.
 /// x may be strided (any view); out.size() must equal x.size().
 void copy(const Array& x, Array& out);
-/// out = op(x); out gets device storage with x's shape.
-void unary(UnaryKernel op, const Array& x, Array& out);
-/// out = op(a, b), a and b already broadcast to out's shape (views with 0 strides are fine).
-void binary(BinaryKernel op, const Array& a, const Array& b, Array& out);
+/// out = expr elementwise over out's shape, each input broadcast to it (NumPy rules). `expr` is
+/// GLSL in which x0, x1, ... are the inputs converted to `compute` and the kiln_* functions of
+/// shaders/common/elementwise_ops.glsl are defined (v0, v1, ... are the inputs as stored); the
+/// result is converted to out's dtype. Throws NotImplemented when the device lacks a dtype
+/// (int64, float64) and ValueError when the expression does not compile.
+void elementwise(std::string_view expr, Dtype compute, std::span<const Array> inputs, Array& out);
 /// out = a @ b with a [.., M, K], b [.., K, N]; batch dims broadcast to out's.
 void matmul(const Array& a, const Array& b, Array& out);
 

@@ -139,7 +139,7 @@ TEST_F(GpuReduce, BoolInputs) {
         return all(transpose(b, {2, 1, 0}, s), Axes{2}, false, s);
       },
       0, 0, "all of a transposed bool array");
-  // A comparison computed in the same eval (on the CPU: greater has no GPU kernel yet) feeds it.
+  // A comparison computed in the same eval on the CPU feeds it (a CPU to GPU dependency).
   const Array x = rand({9, 300}, 9);
   expect_same([&](StreamOrDevice s) { return any(greater(x, 1.95, Device::cpu), Axes{1}, false, s); }, 0, 0,
               "any of a comparison");
@@ -269,7 +269,7 @@ TEST_F(GpuReduce, GradientsThroughGpuReductionsMatchTheCpu) {
       test::expect_close(gg, test::values(cg), 1e-5, 1e-5);
     } catch (const Error& e) {
       // The vjps of prod, max and min need kernels not written yet (cumprod, equal, ...); the
-      // base eval_gpu throws DeviceError naming them, a kernel missing a case NotImplemented.
+      // base eval_gpu throws NotImplemented naming them.
       const std::string msg = e.what();
       if (name == "sum" || name == "mean" || msg.find("GPU") == std::string::npos) throw;
       std::cout << "[ note ] gradient of " << name << " not all on the GPU yet: " << msg << "\n";

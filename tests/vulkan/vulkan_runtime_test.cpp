@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "kiln/core/error.h"
+#include "kiln/core/vulkan/runtime/elementwise.h"
 #include "kiln/core/vulkan/runtime/kernels.h"
 #include "kiln/core/vulkan/runtime/pipeline_cache.h"
 #include "kiln/core/vulkan/runtime/recorder.h"
@@ -291,8 +292,11 @@ TEST_F(VulkanTest, ThreadsRecordAndSubmitAtOnce) {
         Recorder r(ctx());
         const GpuView vs = GpuView::contiguous(shared, float32, {n});
         const GpuView vx = GpuView::contiguous(x, float32, {n}), vy = GpuView::contiguous(y, float32, {n});
-        record_binary(r, BinaryOp::mul, vs, vx, vy);
-        record_binary(r, BinaryOp::add, vy, vs, vy);  // in place, after a barrier
+        const ElementwiseKernel mul{.inputs = {float32, float32}, .expr = "x0 * x1"};
+        const ElementwiseKernel add{.inputs = {float32, float32}, .expr = "x0 + x1"};
+        const GpuView mul_in[] = {vs, vx}, add_in[] = {vy, vs};
+        record_elementwise(r, mul, mul_in, vy);
+        record_elementwise(r, add, add_in, vy);  // in place, after a barrier
         r.submit_and_wait();
         std::vector<float> back(n);
         readback(ctx(), y, back.data(), n * 4);
@@ -308,13 +312,13 @@ TEST_F(VulkanTest, ThreadsRecordAndSubmitAtOnce) {
 TEST_F(VulkanTest, PipelinesAreCachedByDigest) {
   auto own = Context::create(private_options());
   PipelineCache& cache = own->pipelines();
-  const ShaderCode& unary = builtin_shader("unary");
-  const uint32_t spec_a[] = {64, 1, 0}, spec_b[] = {64, 2, 0};
-  const Pipeline& p1 = cache.get({&unary, spec_a, 2});
-  const Pipeline& p2 = cache.get({&unary, spec_a, 2});
+  const ShaderCode& copy = builtin_shader("copy_u32");
+  const uint32_t spec_a[] = {64, 0}, spec_b[] = {64, 1};
+  const Pipeline& p1 = cache.get({&copy, spec_a, 2});
+  const Pipeline& p2 = cache.get({&copy, spec_a, 2});
   EXPECT_EQ(&p1, &p2);
   EXPECT_EQ(cache.created(), 1u);
-  const Pipeline& p3 = cache.get({&unary, spec_b, 2});
+  const Pipeline& p3 = cache.get({&copy, spec_b, 2});
   EXPECT_NE(p3.pipeline, p1.pipeline);
   EXPECT_EQ(cache.created(), 2u);
   EXPECT_THROW(builtin_shader("no_such_shader"), NotImplemented);
@@ -322,12 +326,12 @@ TEST_F(VulkanTest, PipelinesAreCachedByDigest) {
 
 TEST_F(VulkanTest, PipelineCreationIsThreadSafe) {
   auto own = Context::create(private_options());
-  const ShaderCode& binary = builtin_shader("binary");
-  const uint32_t spec[] = {128, 3, 1};
+  const ShaderCode& copy = builtin_shader("copy_u16");
+  const uint32_t spec[] = {128, 1};
   std::vector<const Pipeline*> seen(6);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < seen.size(); ++i)
-    threads.emplace_back([&, i] { seen[i] = &own->pipelines().get({&binary, spec, 3}); });
+    threads.emplace_back([&, i] { seen[i] = &own->pipelines().get({&copy, spec, 2}); });
   for (auto& t : threads) t.join();
   for (const Pipeline* p : seen) EXPECT_EQ(p, seen[0]);
   EXPECT_EQ(own->pipelines().created(), 1u);
@@ -342,9 +346,9 @@ TEST_F(VulkanTest, PipelineCacheOnDiskWarmsTheNextContext) {
     auto first = Context::create(private_options(dir_name));
     EXPECT_EQ(first->pipelines().loaded_bytes(), 0u);
     file = first->pipelines().path();
-    const ShaderCode& unary = builtin_shader("unary");
-    const uint32_t spec[] = {64, 3, 1};
-    first->pipelines().get({&unary, spec, 2});
+    const ShaderCode& copy = builtin_shader("copy_u32");
+    const uint32_t spec[] = {64, 1};
+    first->pipelines().get({&copy, spec, 2});
     EXPECT_TRUE(first->pipelines().save());
     EXPECT_FALSE(first->pipelines().save());  // nothing new since
   }
@@ -361,9 +365,9 @@ TEST_F(VulkanTest, PipelineCacheOnDiskWarmsTheNextContext) {
         << "not a pipeline cache, but long enough to be read";
     auto third = Context::create(private_options(dir_name));
     EXPECT_EQ(third->pipelines().loaded_bytes(), 0u);  // rejected, and the context works
-    const ShaderCode& unary = builtin_shader("unary");
-    const uint32_t spec[] = {64, 3, 1};
-    EXPECT_NE(third->pipelines().get({&unary, spec, 2}).pipeline, VK_NULL_HANDLE);
+    const ShaderCode& copy = builtin_shader("copy_u32");
+    const uint32_t spec[] = {64, 1};
+    EXPECT_NE(third->pipelines().get({&copy, spec, 2}).pipeline, VK_NULL_HANDLE);
   }
   std::filesystem::remove_all(dir);
 }
@@ -375,8 +379,8 @@ TEST(VulkanShaders, TableHoldsEveryVariantAndTheCommonGlsl) {
     ASSERT_GT(s.spirv.size(), 5u) << s.name;
     EXPECT_EQ(s.spirv[0], 0x07230203u) << s.name;  // the SPIR-V magic number
   }
-  for (const char* name : {"copy_u32", "copy_u16", "cast_f32_f16", "cast_i32_f32", "unary", "binary",
-                           "reduce_sum_rows", "matmul_f32_t64", "matmul_f32_t128"})
+  for (const char* name : {"copy_u32", "copy_u16", "cast_f32_f16", "cast_i32_f32", "reduce_sum_rows",
+                           "matmul_f32_t64", "matmul_f32_t128"})
     EXPECT_TRUE(names.count(name)) << name;
   bool found = false;
   for (const EmbeddedGlsl& g : embedded_glsl())

@@ -15,8 +15,7 @@ std::string unavailable_reason() { return "kiln was built without Vulkan (KILN_V
 
 void allocate(Array&) { no_gpu("gpu allocate"); }
 void copy(const Array&, Array&) { no_gpu("gpu copy"); }
-void unary(UnaryKernel, const Array&, Array&) { no_gpu("gpu unary"); }
-void binary(BinaryKernel, const Array&, const Array&, Array&) { no_gpu("gpu binary"); }
+void elementwise(std::string_view, Dtype, std::span<const Array>, Array&) { no_gpu("gpu elementwise"); }
 void matmul(const Array&, const Array&, Array&) { no_gpu("gpu matmul"); }
 
 bool has_pending() { return false; }

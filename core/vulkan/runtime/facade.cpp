@@ -9,6 +9,7 @@
 #include "kiln/core/vulkan/gpu.h"
 #include "kiln/core/vulkan/runtime/array_views.h"
 #include "kiln/core/vulkan/runtime/context.h"
+#include "kiln/core/vulkan/runtime/elementwise.h"
 #include "kiln/core/vulkan/runtime/kernels.h"
 #include "kiln/core/vulkan/runtime/memory.h"
 #include "kiln/core/vulkan/runtime/recorder.h"
@@ -24,6 +25,8 @@ vk::GpuView broadcast_view(const Array& x, const Shape& out_shape) {
   v.shape = out_shape;
   return v;
 }
+
+bool builtin_cast(Dtype t) { return t == float32 || t == float16 || t == int32; }
 
 // v with dims [0, n) merged into one (n = 0 adds a leading dim of 1). Throws NotImplemented when
 // their strides do not allow it.
@@ -53,27 +56,33 @@ void copy(const Array& x, Array& out) {
   if (x.size() != out.size())
     throw ShapeError::of("gpu copy", "sizes differ", "{} into {}", shape_str(x.shape()),
                          shape_str(out.shape()));
+  // The built-in copy kernel moves 2- and 4-byte elements and casts among float32, float16 and
+  // int32; every other pair goes through a generated kernel (the CPU's casting rules).
+  const bool builtin = (x.dtype() == out.dtype() && (x.itemsize() == 2 || x.itemsize() == 4)) ||
+                       (builtin_cast(x.dtype()) && builtin_cast(out.dtype()));
   allocate(out);
   if (x.size() == 0) return;
+  if (!builtin) {
+    // out's buffer viewed with x's shape: the same row-major order.
+    const vk::ElementwiseKernel k{
+        .inputs = {x.dtype()}, .compute = out.dtype(), .out = out.dtype(), .expr = "x0"};
+    const vk::GpuView in = vk::array_view(x);
+    return vk::record_elementwise(vk::thread_recorder(), k, std::span<const vk::GpuView>(&in, 1),
+                                  vk::array_out_view(out, x.shape()));
+  }
   vk::record_copy(vk::thread_recorder(), vk::array_view(x), vk::array_out_view(out, x.shape()));
 }
 
-void unary(UnaryKernel op, const Array& x, Array& out) {
-  allocate(out);
-  if (x.size() == 0) return;
-  static constexpr vk::UnaryOp kOps[] = {vk::UnaryOp::neg, vk::UnaryOp::exp, vk::UnaryOp::log,
-                                         vk::UnaryOp::tanh, vk::UnaryOp::relu};
-  vk::record_unary(vk::thread_recorder(), kOps[static_cast<int>(op)], vk::array_view(x),
-                   vk::array_out_view(out, x.shape()));
-}
-
-void binary(BinaryKernel op, const Array& a, const Array& b, Array& out) {
+void elementwise(std::string_view expr, Dtype compute, std::span<const Array> inputs, Array& out) {
   allocate(out);
   if (out.size() == 0) return;
-  static constexpr vk::BinaryOp kOps[] = {vk::BinaryOp::add, vk::BinaryOp::sub, vk::BinaryOp::mul,
-                                          vk::BinaryOp::div, vk::BinaryOp::max};
-  vk::record_binary(vk::thread_recorder(), kOps[static_cast<int>(op)], broadcast_view(a, out.shape()),
-                    broadcast_view(b, out.shape()), vk::array_out_view(out, out.shape()));
+  vk::ElementwiseKernel k{.inputs = {}, .compute = compute, .out = out.dtype(), .expr = std::string(expr)};
+  std::vector<vk::GpuView> views;
+  for (const Array& x : inputs) {
+    k.inputs.push_back(x.dtype());
+    views.push_back(broadcast_view(x, out.shape()));
+  }
+  vk::record_elementwise(vk::thread_recorder(), k, views, vk::array_out_view(out, out.shape()));
 }
 
 void matmul(const Array& a, const Array& b, Array& out) {

@@ -38,16 +38,6 @@ struct CopyPush {
   std::array<uint32_t, kMaxStridedRank> shape;
   std::array<int32_t, kMaxStridedRank> src_strides, dst_strides;
 };
-struct UnaryPush {
-  uint32_t n, rank, in_offset, out_offset;
-  std::array<uint32_t, kMaxStridedRank> shape;
-  std::array<int32_t, kMaxStridedRank> strides;
-};
-struct BinaryPush {
-  uint32_t n, rank, a_offset, b_offset, out_offset;
-  std::array<uint32_t, kMaxStridedRank> shape;
-  std::array<int32_t, kMaxStridedRank> a_strides, b_strides;
-};
 struct ReducePush {
   uint32_t rows, cols, row_stride, in_offset, out_offset;
 };
@@ -57,7 +47,7 @@ struct MatmulPush {
   uint32_t a_offset, b_offset, c_offset;
   uint32_t a_batch_stride, b_batch_stride, c_batch_stride;
 };
-static_assert(sizeof(CopyPush) == 112 && sizeof(BinaryPush) == 116 && sizeof(MatmulPush) == 56);
+static_assert(sizeof(CopyPush) == 112 && sizeof(MatmulPush) == 56);
 
 }  // namespace
 
@@ -109,80 +99,6 @@ void record_copy(Recorder& r, const GpuView& src, const GpuView& dst) {
   const uint32_t wg = workgroup_size(ctx);
   r.dispatch(builtin_shader(name), {wg, strided ? 1u : 0u},
              {{src.buffer, Access::read}, {dst.buffer, Access::write}}, p,
-             Groups::linear((n + wg - 1) / wg, ctx));
-}
-
-void record_unary(Recorder& r, UnaryOp unary, const GpuView& x, const GpuView& out) {
-  constexpr const char* op = "gpu unary";
-  check_view(x, op);
-  check_view(out, op);
-  if (x.dtype != float32 || out.dtype != float32)
-    throw NotImplemented::of(op, "only float32 on the GPU so far", "{}", dtype_name(x.dtype));
-  check_contiguous_out(out, x.shape, op);
-  const int64_t n = numel(x.shape);
-  if (n == 0) return;
-  Shape shape = x.shape;
-  Strides xs = x.strides;
-  Strides os = out.strides;
-  collapse<2>(shape, {&xs, &os});
-  check_rank(shape, op);
-  UnaryPush p{static_cast<uint32_t>(n),
-              static_cast<uint32_t>(shape.size()),
-              static_cast<uint32_t>(x.offset),
-              static_cast<uint32_t>(out.offset),
-              {},
-              {}};
-  fill(p.shape, shape);
-  fill(p.strides, xs);
-  Context& ctx = r.context();
-  const uint32_t wg = workgroup_size(ctx);
-  r.dispatch(builtin_shader("unary"), {wg, static_cast<uint32_t>(unary), is_linear(shape, xs) ? 0u : 1u},
-             {{x.buffer, Access::read}, {out.buffer, Access::write}}, p,
-             Groups::linear((n + wg - 1) / wg, ctx));
-}
-
-void record_binary(Recorder& r, BinaryOp binary, const GpuView& a, const GpuView& b, const GpuView& out) {
-  constexpr const char* op = "gpu binary";
-  check_view(a, op);
-  check_view(b, op);
-  check_view(out, op);
-  if (a.dtype != float32 || b.dtype != float32 || out.dtype != float32)
-    throw NotImplemented::of(op, "only float32 on the GPU so far", "{}, {}", dtype_name(a.dtype),
-                             dtype_name(b.dtype));
-  check_contiguous_out(out, out.shape, op);
-  if (a.shape.size() != out.shape.size() || b.shape.size() != out.shape.size())
-    throw ShapeError::of(op, "inputs must have the output's rank", "{}, {} -> {}", a.shape, b.shape,
-                         out.shape);
-  Shape shape = out.shape;
-  Strides as = a.strides, bs = b.strides, os = out.strides;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    for (auto [v, s] : {std::pair{&a, &as}, std::pair{&b, &bs}}) {
-      if (v->shape[d] == shape[d]) continue;
-      if (v->shape[d] != 1)
-        throw ShapeError::of(op, "cannot broadcast", "{}, {} -> {}", a.shape, b.shape, out.shape);
-      (*s)[d] = 0;
-    }
-  }
-  const int64_t n = numel(shape);
-  if (n == 0) return;
-  collapse<3>(shape, {&as, &bs, &os});
-  check_rank(shape, op);
-  BinaryPush p{static_cast<uint32_t>(n),
-               static_cast<uint32_t>(shape.size()),
-               static_cast<uint32_t>(a.offset),
-               static_cast<uint32_t>(b.offset),
-               static_cast<uint32_t>(out.offset),
-               {},
-               {},
-               {}};
-  fill(p.shape, shape);
-  fill(p.a_strides, as);
-  fill(p.b_strides, bs);
-  const bool strided = !(is_linear(shape, as) && is_linear(shape, bs));
-  Context& ctx = r.context();
-  const uint32_t wg = workgroup_size(ctx);
-  r.dispatch(builtin_shader("binary"), {wg, static_cast<uint32_t>(binary), strided ? 1u : 0u},
-             {{a.buffer, Access::read}, {b.buffer, Access::read}, {out.buffer, Access::write}}, p,
              Groups::linear((n + wg - 1) / wg, ctx));
 }
 

@@ -7,28 +7,11 @@
 #include "kiln/core/dtype.h"
 #include "kiln/core/shape.h"
 #include "kiln/core/vulkan/runtime/recorder.h"
-#include "kiln/shaders/common/op_codes.h"
 
 namespace kiln::detail::vk {
 
 /// Rank the strided kernels take after adjacent dimensions are merged (shaders' KILN_MAX_RANK).
 inline constexpr int kMaxStridedRank = 8;
-
-/// Elementwise ops of unary.comp and binary.comp; values from shaders/common/op_codes.h.
-enum class UnaryOp : uint32_t {
-  neg = KILN_UNARY_NEG,
-  exp = KILN_UNARY_EXP,
-  log = KILN_UNARY_LOG,
-  tanh = KILN_UNARY_TANH,
-  relu = KILN_UNARY_RELU,
-};
-enum class BinaryOp : uint32_t {
-  add = KILN_BINARY_ADD,
-  sub = KILN_BINARY_SUB,
-  mul = KILN_BINARY_MUL,
-  div = KILN_BINARY_DIV,
-  max = KILN_BINARY_MAX,
-};
 
 /// A strided view of a device buffer, as an evaluated Array is: shape, strides and offset in
 /// elements of `dtype`. Every element a view reaches must lie inside its buffer (checked).
@@ -47,13 +30,6 @@ struct GpuView {
 /// and int32 (float to int truncates). Throws ShapeError, NotImplemented (other dtypes, float16
 /// without 16-bit storage, more than kMaxStridedRank dims that do not merge).
 void record_copy(Recorder& r, const GpuView& src, const GpuView& dst);
-
-/// out = op(x) for float32; out contiguous with x's shape, x any strides.
-void record_unary(Recorder& r, UnaryOp op, const GpuView& x, const GpuView& out);
-
-/// out = op(a, b) for float32 with broadcasting: a and b must have out's rank, and each of their
-/// dims equals out's or is 1 (or has stride 0). out is contiguous.
-void record_binary(Recorder& r, BinaryOp op, const GpuView& a, const GpuView& b, const GpuView& out);
 
 /// out[..] = sum of x[.., :] over x's last axis (float32). x's last axis must have stride 1 and its
 /// other dims must merge into one; out is contiguous with x's shape less the last axis.
