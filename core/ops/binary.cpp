@@ -2,6 +2,7 @@
 #include "kiln/core/ops/binary.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "kiln/core/ops/elementwise_impl.h"
 #include "kiln/core/ops/ternary.h"
@@ -88,10 +89,14 @@ struct Power : BinaryOp<Power> {
     } else {
       if constexpr (std::is_signed_v<T>)
         if (b < 0) return a == 1 ? 1 : (a == -1 ? (b % 2 ? -1 : 1) : 0);
-      T r = 1;
-      for (T e = b, base = a; e > 0; e >>= 1, base = static_cast<T>(base * base))
-        if (e & 1) r = static_cast<T>(r * base);
-      return r;
+      // Squaring in the unsigned type: it wraps like the result, where a signed product overflowing
+      // is undefined behaviour.
+      using U = std::make_unsigned_t<T>;
+      U r = 1;
+      for (U e = static_cast<U>(b), base = static_cast<U>(a); e > 0;
+           e >>= 1, base = static_cast<U>(base * base))
+        if (e & 1) r = static_cast<U>(r * base);
+      return static_cast<T>(r);
     }
   }
   static std::pair<Array, Array> partials(const Array& x, const Array& y, const Array& out) {
