@@ -34,23 +34,21 @@ float kiln_nan() { return uintBitsToFloat(0x7FC00000u); }
 #define KILN_ORDERED_MINMAX(T)                         \
   T kiln_maximum(T a, T b) { return a >= b ? a : b; } \
   T kiln_minimum(T a, T b) { return a <= b ? a : b; }
-// a ** b by squaring (wrapping like the CPU's); a negative exponent gives 1 / a ** |b| truncated:
-// 1 for a = 1, ±1 for a = -1, else 0.
-#define KILN_INT_POWER(T, zero, one)                                     \
-  T kiln_power(T a, T b) {                                               \
+// a ** b by squaring (wrapping like the CPU's): KILN_POWER_BY_SQUARING is the loop both integer
+// kinds share. For signed types a negative exponent gives 1 / a ** |b| truncated: 1 for a = 1, ±1
+// for a = -1, else 0.
+#define KILN_POWER_BY_SQUARING(T, zero, one)                   \
+  T r = one;                                                   \
+  for (T e = b, base = a; e > zero; e >>= one, base *= base)   \
+    if ((e & one) != zero) r *= base;                          \
+  return r;
+#define KILN_INT_POWER(T, zero, one)                                                              \
+  T kiln_power(T a, T b) {                                                                        \
     if (b < zero) return a == one ? one : (a == -one ? ((b & one) != zero ? -one : one) : zero); \
-    T r = one;                                                           \
-    for (T e = b, base = a; e > zero; e >>= one, base *= base)           \
-      if ((e & one) != zero) r *= base;                                  \
-    return r;                                                            \
+    KILN_POWER_BY_SQUARING(T, zero, one)                                                          \
   }
-#define KILN_UINT_POWER(T, zero, one)                                    \
-  T kiln_power(T a, T b) {                                               \
-    T r = one;                                                           \
-    for (T e = b, base = a; e > zero; e >>= one, base *= base)           \
-      if ((e & one) != zero) r *= base;                                  \
-    return r;                                                            \
-  }
+#define KILN_UINT_POWER(T, zero, one) \
+  T kiln_power(T a, T b) { KILN_POWER_BY_SQUARING(T, zero, one) }
 // Integer division and remainder on magnitudes (GLSL leaves / and % of negative operands
 // undefined), then floored like the CPU's floor_divide and remainder (Python's // and %). A zero
 // divisor gives 0; -1 gives -a (wrapping) and 0.
@@ -145,6 +143,7 @@ KILN_FLOAT_COMMON(double, 0.0LF, 1.0LF)
 #undef KILN_INT_SIGN
 #undef KILN_INT_EXACT
 #undef KILN_ORDERED_MINMAX
+#undef KILN_POWER_BY_SQUARING
 #undef KILN_INT_POWER
 #undef KILN_UINT_POWER
 #undef KILN_SIGNED_DIVISION

@@ -26,6 +26,14 @@ vk::GpuView broadcast_view(const Array& x, const Shape& out_shape) {
   return v;
 }
 
+// Records the generated elementwise kernel out = expr(inputs) (elementwise.h).
+void record_generated(std::string_view expr, Dtype compute, std::span<const vk::GpuView> inputs,
+                      const vk::GpuView& out) {
+  vk::ElementwiseKernel k{.inputs = {}, .compute = compute, .out = out.dtype, .expr = std::string(expr)};
+  for (const vk::GpuView& v : inputs) k.inputs.push_back(v.dtype);
+  vk::record_elementwise(vk::thread_recorder(), k, inputs, out);
+}
+
 bool builtin_cast(Dtype t) { return t == float32 || t == float16 || t == int32; }
 
 // v with dims [0, n) merged into one (n = 0 adds a leading dim of 1). Throws NotImplemented when
@@ -64,11 +72,8 @@ void copy(const Array& x, Array& out) {
   if (x.size() == 0) return;
   if (!builtin) {
     // out's buffer viewed with x's shape: the same row-major order.
-    const vk::ElementwiseKernel k{
-        .inputs = {x.dtype()}, .compute = out.dtype(), .out = out.dtype(), .expr = "x0"};
     const vk::GpuView in = vk::array_view(x);
-    return vk::record_elementwise(vk::thread_recorder(), k, std::span<const vk::GpuView>(&in, 1),
-                                  vk::array_out_view(out, x.shape()));
+    return record_generated("x0", out.dtype(), {&in, 1}, vk::array_out_view(out, x.shape()));
   }
   vk::record_copy(vk::thread_recorder(), vk::array_view(x), vk::array_out_view(out, x.shape()));
 }
@@ -76,13 +81,9 @@ void copy(const Array& x, Array& out) {
 void elementwise(std::string_view expr, Dtype compute, std::span<const Array> inputs, Array& out) {
   allocate(out);
   if (out.size() == 0) return;
-  vk::ElementwiseKernel k{.inputs = {}, .compute = compute, .out = out.dtype(), .expr = std::string(expr)};
   std::vector<vk::GpuView> views;
-  for (const Array& x : inputs) {
-    k.inputs.push_back(x.dtype());
-    views.push_back(broadcast_view(x, out.shape()));
-  }
-  vk::record_elementwise(vk::thread_recorder(), k, views, vk::array_out_view(out, out.shape()));
+  for (const Array& x : inputs) views.push_back(broadcast_view(x, out.shape()));
+  record_generated(expr, compute, views, vk::array_out_view(out, out.shape()));
 }
 
 void matmul(const Array& a, const Array& b, Array& out) {
