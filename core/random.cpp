@@ -3,6 +3,7 @@
 #include "kiln/core/random.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/ops/unary.h"
+#include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
 namespace detail {
@@ -83,6 +85,15 @@ void RandomOp<D>::eval_cpu(std::span<const Array> in, std::span<Array> out) cons
 }
 
 template <class D>
+void RandomOp<D>::eval_gpu(std::span<const Array> in, std::span<Array> out) const {
+  if constexpr (requires { self().glsl(); })
+    gpu::keyed_elementwise(self().glsl(), self().glsl_compute(), in[0], shape_size(self().sample_shape()),
+                           out[0]);
+  else
+    throw NotImplemented::of(self().name(), "no GPU kernel");  // RandomPermutation overrides eval_gpu
+}
+
+template <class D>
 std::vector<Array> RandomOp<D>::vjp(const VjpArgs& a) const {
   std::vector<Array> out;
   for (int arg : a.argnums) out.push_back(zeros_like(a.primals[arg], this->stream()));
@@ -109,6 +120,8 @@ void RandomBits::fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) c
   }
 }
 
+std::string RandomBits::glsl() const { return "kiln_random_bits32(key, i)"; }
+
 void RandomKeys::fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const {
   uint32_t* o = static_cast<uint32_t*>(out);
   for (int64_t row = begin / 2; 2 * row < end; ++row) {
@@ -117,6 +130,8 @@ void RandomKeys::fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) c
     if (2 * row + 1 < end) o[2 * row + 1] = r[1];
   }
 }
+
+std::string RandomKeys::glsl() const { return "kiln_threefry_block(key, i >> 1)[i & 1u]"; }
 
 void RandomUniform::fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const {
   visit_dtype<kFloatTypes>(dtype_, "uniform", [&](auto tag) {
@@ -141,6 +156,26 @@ void RandomUniform::fill(Threefry2x32 key, void* out, int64_t begin, int64_t end
   });
 }
 
+// The constants as exact bit patterns (GLSL has no hexadecimal float literals).
+std::string RandomUniform::glsl() const {
+  return visit_dtype<kFloatTypes>(dtype_, "uniform", [&](auto tag) -> std::string {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const C lo = static_cast<C>(static_cast<T>(low_)), top = static_cast<C>(largest_below<T>(high_));
+    const C span = static_cast<C>(high_) - static_cast<C>(low_);
+    if constexpr (std::is_same_v<C, double>) {
+      auto literal = [](double v) {
+        const uint64_t b = std::bit_cast<uint64_t>(v);
+        return fmt::format("packDouble2x32(uvec2({}u, {}u))", static_cast<uint32_t>(b), b >> 32);
+      };
+      return fmt::format("kiln_uniform_double(key, i, {}, {}, {})", literal(lo), literal(span), literal(top));
+    } else {
+      auto literal = [](float v) { return fmt::format("uintBitsToFloat({}u)", std::bit_cast<uint32_t>(v)); };
+      return fmt::format("kiln_uniform_float(key, i, {}, {}, {})", literal(lo), literal(span), literal(top));
+    }
+  });
+}
+
 void RandomInt::fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const {
   visit_dtype<kIntTypes>(dtype_, "randint", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -151,6 +186,20 @@ void RandomInt::fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) co
       o[i] = static_cast<T>(static_cast<int64_t>(low + offset));
     }
   });
+}
+
+// low + multiply_high(bits64, range) in 64-bit words; the low word converts to the narrower types
+// as the CPU's cast of the int64 does (modulo 2^bits).
+std::string RandomInt::glsl() const {
+  const uint64_t low = static_cast<uint64_t>(low_), range = static_cast<uint64_t>(high_) - low;
+  const std::string sum = fmt::format(
+      "kiln_add64(uvec2({}u, {}u), kiln_multiply_high64(kiln_random_bits64(key, i), uvec2({}u, {}u)))",
+      low >> 32, static_cast<uint32_t>(low), range >> 32, static_cast<uint32_t>(range));
+  return dtype_ == int64 ? fmt::format("int64_t(packUint2x32(({}).yx))", sum) : fmt::format("({}).y", sum);
+}
+
+void RandomPermutation::eval_gpu(std::span<const Array> in, std::span<Array> out) const {
+  gpu::random_permutation(in[0], n_, out[0]);
 }
 
 void RandomPermutation::fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const {

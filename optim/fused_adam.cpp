@@ -11,6 +11,7 @@
 #include "kiln/core/ops/unary.h"
 #include "kiln/core/primitive.h"
 #include "kiln/core/transforms.h"
+#include "kiln/core/vulkan/gpu.h"
 #include "kiln/optim/fused_adam_impl.h"
 #include "kiln/optim/optimizer.h"
 
@@ -109,6 +110,10 @@ class FusedAdamStep final : public PrimitiveWithParams<FusedAdamStep> {
       adam_loop<double>(c_, in, out);
     else
       adam_loop<float>(c_, in, out);
+  }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    const double w = 1.0 - c_.beta1;
+    gpu::adam_step(in, out, {w, 1.0 - w, c_.beta2, 1.0 - c_.beta2, c_.eps, c_.amsgrad, w < 0.5});
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const std::vector<Array> primals(a.primals.begin(), a.primals.end());

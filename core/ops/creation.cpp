@@ -1,5 +1,6 @@
 #include "kiln/core/ops/creation.h"
 
+#include <bit>
 #include <cmath>
 
 #include "kiln/core/ops/cast.h"
@@ -61,6 +62,27 @@ class Range final : public PrimitiveWithParams<Range> {
         o[i] = static_cast<T>(start_ + static_cast<double>(i) * step_);
     });
   }
+  // The same double arithmetic where the device has float64; else in float32 (or int32 when start
+  // and step are integers), which can differ from the CPU in the last bits of large values.
+  void eval_gpu(std::span<const Array>, std::span<Array> out) const override {
+    const Dtype t = out[0].dtype();
+    if (gpu::supports(float64)) {
+      auto literal = [](double v) {
+        const uint64_t b = std::bit_cast<uint64_t>(v);
+        return fmt::format("packDouble2x32(uvec2({}u, {}u))", static_cast<uint32_t>(b), b >> 32);
+      };
+      return gpu::elementwise(fmt::format("{} + double(j) * {}", literal(start_), literal(step_)), float64,
+                              {}, out[0]);
+    }
+    const bool integral = std::nearbyint(start_) == start_ && std::nearbyint(step_) == step_ &&
+                          std::abs(start_) < 0x1p31 && std::abs(step_) < 0x1p31;
+    if (!is_floating(t) && integral)
+      return gpu::elementwise(fmt::format("{} + int(j) * {}", start_, step_), int32, {}, out[0]);
+    gpu::elementwise(fmt::format("uintBitsToFloat({}u) + float(j) * uintBitsToFloat({}u)",
+                                 std::bit_cast<uint32_t>(static_cast<float>(start_)),
+                                 std::bit_cast<uint32_t>(static_cast<float>(step_))),
+                     float32, {}, out[0]);
+  }
 
  private:
   double start_, step_;
@@ -81,6 +103,10 @@ class Eye final : public PrimitiveWithParams<Eye> {
       for (int64_t i = 0; i < n; ++i)
         if (i + k_ >= 0 && i + k_ < m) o[i * m + i + k_] = T(1);
     });
+  }
+  void eval_gpu(std::span<const Array>, std::span<Array> out) const override {
+    const int64_t m = std::max<int64_t>(out[0].shape(1), 1);
+    gpu::elementwise(fmt::format("int(j % {0}u) - int(j / {0}u) == {1} ? 1 : 0", m, k_), int32, {}, out[0]);
   }
 
  private:

@@ -157,6 +157,11 @@ class AddMM final : public PrimitiveWithParams<AddMM> {
     if (beta_ != 0.0) copy_strided(in[0], out[0]);  // with beta == 0, c is ignored, NaNs included
     batched_matmul(in[1], in[2], out[0], alpha_, beta_);
   }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    if (in[1].dtype() != float32)
+      throw NotImplemented::of(name(), "only float32 has a GPU kernel yet", "{}", dtype_name(in[1].dtype()));
+    gpu::matmul(in[1], in[2], out[0], &in[0], static_cast<float>(alpha_), static_cast<float>(beta_));
+  }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array &c = a.primals[0], &x = a.primals[1], &y = a.primals[2], &g = a.cotangents[0];
     const Stream s = stream();

@@ -12,6 +12,7 @@
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
 namespace detail {
@@ -25,9 +26,15 @@ Array linear_from_ops(const Array& x, const Array& w, const Array& b, Stream s) 
 
 template <class T>
 void linear_cpu(const Array& x, const Array& w, const Array* b, Array& out) {
-  const int64_t in = w.shape(1), units = w.shape(0), rows = x.size() / std::max<int64_t>(in, 1);
+  const int64_t in = w.shape(1), units = w.shape(0), rows = units == 0 ? 0 : out.size() / units;
   T* o = out.strided_data<T>();
   if (rows == 0 || units == 0) return;
+  if (in == 0) {  // an empty sum: the bias, or zeros
+    const Array bc = b ? dense_copy(*b) : Array();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t u = 0; u < units; ++u) o[r * units + u] = b ? bc.strided_data<T>()[u] : T(0);
+    return;
+  }
   const Array xc = dense_copy(x), wc = dense_copy(w);
   if (b) {  // GEMM accumulates onto the bias rows
     const Array bc = dense_copy(*b);
@@ -58,6 +65,11 @@ class Linear final : public PrimitiveWithParams<Linear> {
       linear_cpu<float>(in[0], in[1], b, out[0]);
     else
       linear_cpu<double>(in[0], in[1], b, out[0]);
+  }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    if (in[0].dtype() != float32)
+      throw NotImplemented::of(name(), "only float32 has a GPU kernel yet", "{}", dtype_name(in[0].dtype()));
+    gpu::linear(in[0], in[1], in.size() == 3 ? &in[2] : nullptr, out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array &x = a.primals[0], &w = a.primals[1], &g = a.cotangents[0];

@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <string>
 #include <tuple>
 
 #include "kiln/core/primitive.h"
@@ -65,6 +66,9 @@ class RandomOp : public PrimitiveWithParams<D> {
   }
 
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override;
+  /// A generated kernel of D's `glsl()`: GLSL over `key` (uvec2) and `i` (uint, the element's index
+  /// in its sample) computing one element in `glsl_compute()` (shaders/common/random.glsl).
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override;
 
   std::vector<Array> vjp(const VjpArgs& a) const override;
   std::vector<Array> jvp(const JvpArgs& a) const override;
@@ -83,6 +87,8 @@ class RandomBits final : public RandomOp<RandomBits> {
   const Shape& sample_shape() const { return shape_; }
   Dtype out_dtype() const { return uint32; }
   void fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const;
+  std::string glsl() const;
+  Dtype glsl_compute() const { return uint32; }
 
  private:
   const Shape shape_;
@@ -97,6 +103,8 @@ class RandomKeys final : public RandomOp<RandomKeys> {
   Shape sample_shape() const { return {num_, 2}; }
   Dtype out_dtype() const { return uint32; }
   void fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const;
+  std::string glsl() const;
+  Dtype glsl_compute() const { return uint32; }
 
  private:
   const int64_t num_;
@@ -113,6 +121,8 @@ class RandomUniform final : public RandomOp<RandomUniform> {
   const Shape& sample_shape() const { return shape_; }
   Dtype out_dtype() const { return dtype_; }
   void fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const;
+  std::string glsl() const;
+  Dtype glsl_compute() const { return dtype_ == float64 ? float64 : float32; }
 
  private:
   const Shape shape_;
@@ -131,6 +141,8 @@ class RandomInt final : public RandomOp<RandomInt> {
   const Shape& sample_shape() const { return shape_; }
   Dtype out_dtype() const { return dtype_; }
   void fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const;
+  std::string glsl() const;
+  Dtype glsl_compute() const { return dtype_ == int64 ? int64 : uint32; }
 
  private:
   const Shape shape_;
@@ -149,6 +161,8 @@ class RandomPermutation final : public RandomOp<RandomPermutation> {
   Shape sample_shape() const { return {n_}; }
   Dtype out_dtype() const { return int32; }
   void fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const;
+  /// The shuffle is sequential: one invocation per key (shaders/random/permutation.comp).
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override;
 
  private:
   const int64_t n_;

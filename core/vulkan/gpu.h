@@ -21,6 +21,9 @@ namespace kiln::gpu {
 bool available();
 /// Why not, when available() is false.
 std::string unavailable_reason();
+/// Whether the device computes in `t` (int64 and float64 need shaderInt64 / shaderFloat64; the
+/// other dtypes always). False when no GPU is available.
+bool supports(Dtype t);
 
 // ---------------------------------------------------------------- kernels (for eval_gpu)
 
@@ -35,8 +38,30 @@ void copy(const Array& x, Array& out);
 /// result is converted to out's dtype. Throws NotImplemented when the device lacks a dtype
 /// (int64, float64) and ValueError when the expression does not compile.
 void elementwise(std::string_view expr, Dtype compute, std::span<const Array> inputs, Array& out);
-/// out = a @ b with a [.., M, K], b [.., K, N]; batch dims broadcast to out's.
-void matmul(const Array& a, const Array& b, Array& out);
+/// out = `body` for each element of the random primitives: GLSL over `key` (uvec2, the threefry key
+/// of the element's sample) and `i` (uint, the element's index in its sample), with the functions
+/// of shaders/common/random.glsl, in `compute`, converted to out's dtype. `keys` is (batch..., 2):
+/// one key per `sample_size` consecutive elements of out, whose shape is batch + the sample's.
+void keyed_elementwise(std::string_view body, Dtype compute, const Array& keys, int64_t sample_size,
+                       Array& out);
+/// out (batch..., n), int32 = per key of `keys` (batch..., 2), RandomPermutation's Fisher-Yates
+/// shuffle of 0..n-1 (the CPU's permutation, bit for bit; one invocation per key).
+void random_permutation(const Array& keys, int64_t n, Array& out);
+/// out = alpha * a @ b + beta * addend with a [.., M, K], b [.., K, N]; batch dims and the addend
+/// broadcast to out's shape (float32). The addend is read only when beta != 0.
+void matmul(const Array& a, const Array& b, Array& out, const Array* addend = nullptr, float alpha = 1.0f,
+            float beta = 0.0f);
+/// out = x @ w^T + bias (Linear): x [.., in], w [units, in], bias [units] or null; float32.
+void linear(const Array& x, const Array& w, const Array* bias, Array& out);
+
+/// The constants of one Adam step, rounded to the parameters' dtype by the kernel.
+struct AdamStepConstants {
+  double w, one_minus_w, b2, one_minus_b2, eps;
+  bool amsgrad, lerp_from_m;
+};
+/// FusedAdamStep (optim/fused_adam.cpp): in = p, g, m, v, [vmax,] step_size, bc2_sqrt (0-d), all
+/// float32 or all float64 of one shape; out = p1, m1, v1, [vmax1], fresh device storage.
+void adam_step(std::span<const Array> in, std::span<Array> out, const AdamStepConstants& constants);
 
 // Reductions and indexing (core/vulkan/runtime/reduce_facade.cpp, index_facade.cpp; without
 // Vulkan, runtime/disabled_*.cpp).

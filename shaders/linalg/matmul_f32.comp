@@ -1,6 +1,7 @@
 #version 450
-// Batched float32 GEMM: C[b][m][n] = sum_k A[b][m][k] * B[b][k][n]. A and B are addressed through
-// row and column strides (so transposed views need no copy); C rows are contiguous.
+// Batched float32 GEMM: C[b][m][n] = alpha * sum_k A[b][m][k] * B[b][k][n] + beta * D[b][m][n]. A, B
+// and D are addressed through row and column strides (so transposed views and broadcast biases need
+// no copy); C rows are contiguous. D is read only when beta != 0 (it may then alias nothing useful).
 // A TILE x TILE block of C per workgroup of 256 invocations (16 x 16), TM x TM outputs per
 // invocation held in registers, K in steps of 8 through double-buffered shared memory: the next
 // tiles are fetched into registers while the current ones are multiplied (one barrier per step).
@@ -14,12 +15,15 @@ layout(local_size_x = 256) in;
 layout(std430, set = 0, binding = 0) readonly buffer MatA { float A[]; };
 layout(std430, set = 0, binding = 1) readonly buffer MatB { float B[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer MatC { float C[]; };
+layout(std430, set = 0, binding = 3) readonly buffer MatD { float D[]; };
 
 layout(push_constant) uniform Push {
   uint M, N, K;
   uint a_row_stride, a_col_stride, b_row_stride, b_col_stride, c_row_stride;
   uint a_offset, b_offset, c_offset;
   uint a_batch_stride, b_batch_stride, c_batch_stride;
+  uint d_row_stride, d_col_stride, d_offset, d_batch_stride;
+  float alpha, beta;
 } p;
 
 const uint BK = 8;
@@ -91,6 +95,8 @@ void main() {
   }
 
   const uint c_base = p.c_offset + batch * p.c_batch_stride;
+  const uint d_base = p.d_offset + batch * p.d_batch_stride;
+  const bool epilogue = p.alpha != 1.0 || p.beta != 0.0;
   [[unroll]] for (uint ga = 0; ga < NV; ++ga)
     [[unroll]] for (uint i = 0; i < 4; ++i) {
       const uint row = bm + ga * (TILE / NV) + ty * 4 + i;
@@ -98,7 +104,13 @@ void main() {
       [[unroll]] for (uint gb = 0; gb < NV; ++gb)
         [[unroll]] for (uint j = 0; j < 4; ++j) {
           const uint col = bn + gb * (TILE / NV) + tx * 4 + j;
-          if (col < p.N) C[c_base + row * p.c_row_stride + col] = acc[ga * 4 + i][gb][j];
+          if (col >= p.N) continue;
+          float v = acc[ga * 4 + i][gb][j];
+          if (epilogue) {
+            v *= p.alpha;
+            if (p.beta != 0.0) v = fma(p.beta, D[d_base + row * p.d_row_stride + col * p.d_col_stride], v);
+          }
+          C[c_base + row * p.c_row_stride + col] = v;
         }
     }
 }

@@ -393,6 +393,11 @@ TEST(Linear, ForwardMatchesReference) {
               wt = transpose(random_array({7, 5}, float32, 34));
   expect_close(linear(xt, wt), linear_reference(xt, wt, Array()));
   EXPECT_EQ(linear(zeros({0, 7}), random_array({5, 7}, float32, 35)).shape(), (Shape{0, 5}));
+  // No input features: the empty sum is the bias (or zeros).
+  const Array no_in = random_array({3, 0}, float32, 36), w0 = random_array({4, 0}, float32, 37),
+              b0 = random_array({4}, float32, 38);
+  test::expect_close(linear(no_in, w0, b0), broadcast_to(b0, {3, 4}), 0, 0);
+  test::expect_close(linear(no_in, w0), zeros({3, 4}), 0, 0);
 }
 
 TEST(Linear, GradientsJvpVmapAndLayout) {

@@ -100,6 +100,9 @@ std::string unusable_reason(const VulkanApi& api, VkPhysicalDevice pd) {
   f.pNext = &f12;
   api.vkGetPhysicalDeviceFeatures2(pd, &f);
   if (!f12.timelineSemaphore) return "has no timeline semaphores";
+  if (props.limits.maxPerStageDescriptorStorageBuffers < Context::kMaxBindings)
+    return fmt::format("binds {} storage buffers per shader stage, kiln needs {}",
+                       props.limits.maxPerStageDescriptorStorageBuffers, Context::kMaxBindings);
   uint32_t n = 0;
   api.vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, nullptr);
   std::vector<VkQueueFamilyProperties> families(n);

@@ -76,7 +76,7 @@ struct Frame {
 class Context {
  public:
   /// Most storage buffers one dispatch binds.
-  static constexpr uint32_t kMaxBindings = 8;
+  static constexpr uint32_t kMaxBindings = 12;
   /// Push-constant bytes every pipeline layout declares (Vulkan guarantees 128).
   static constexpr uint32_t kPushConstantBytes = 128;
 

@@ -12,11 +12,18 @@ namespace {
 
 bool available() { return false; }
 std::string unavailable_reason() { return "kiln was built without Vulkan (KILN_VULKAN=OFF)"; }
+bool supports(Dtype) { return false; }
 
 void allocate(Array&) { no_gpu("gpu allocate"); }
 void copy(const Array&, Array&) { no_gpu("gpu copy"); }
 void elementwise(std::string_view, Dtype, std::span<const Array>, Array&) { no_gpu("gpu elementwise"); }
-void matmul(const Array&, const Array&, Array&) { no_gpu("gpu matmul"); }
+void matmul(const Array&, const Array&, Array&, const Array*, float, float) { no_gpu("gpu matmul"); }
+void linear(const Array&, const Array&, const Array*, Array&) { no_gpu("gpu linear"); }
+void adam_step(std::span<const Array>, std::span<Array>, const AdamStepConstants&) {
+  no_gpu("gpu adam_step");
+}
+void keyed_elementwise(std::string_view, Dtype, const Array&, int64_t, Array&) { no_gpu("gpu random"); }
+void random_permutation(const Array&, int64_t, Array&) { no_gpu("gpu permutation"); }
 
 bool has_pending() { return false; }
 void submit_pending() {}

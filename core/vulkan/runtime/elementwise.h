@@ -49,7 +49,7 @@ struct ElementwiseFeatures {
 /// Records out = kernel(inputs...) elementwise over out's shape. Each input has out's rank or
 /// fewer (aligned to the right, NumPy broadcasting: a dim of 1, or stride 0, repeats), any
 /// strides (0 and negative included) and an offset; out must be row-major contiguous. Up to
-/// kMaxStridedRank dims after merging, and 7 inputs (6 when their strides do not fit the push
+/// kMaxStridedRank dims after merging, and 11 inputs (10 when their strides do not fit the push
 /// constants). Compiles the kernel on first use. Throws ShapeError or ValueError (views, dtypes,
 /// counts), ValueError with the numbered GLSL when the expression does not compile, and
 /// NotImplemented when a dtype needs a feature the device lacks (naming both).

@@ -13,6 +13,7 @@
 #include "kiln/core/vulkan/runtime/kernels.h"
 #include "kiln/core/vulkan/runtime/memory.h"
 #include "kiln/core/vulkan/runtime/recorder.h"
+#include "kiln/core/vulkan/runtime/views.h"
 
 namespace kiln::gpu {
 namespace vk = kiln::detail::vk;
@@ -28,8 +29,12 @@ vk::GpuView broadcast_view(const Array& x, const Shape& out_shape) {
 
 // Records the generated elementwise kernel out = expr(inputs) (elementwise.h).
 void record_generated(std::string_view expr, Dtype compute, std::span<const vk::GpuView> inputs,
-                      const vk::GpuView& out) {
-  vk::ElementwiseKernel k{.inputs = {}, .compute = compute, .out = out.dtype, .expr = std::string(expr)};
+                      const vk::GpuView& out, std::string helpers = {}) {
+  vk::ElementwiseKernel k{.inputs = {},
+                          .compute = compute,
+                          .out = out.dtype,
+                          .expr = std::string(expr),
+                          .helpers = std::move(helpers)};
   for (const vk::GpuView& v : inputs) k.inputs.push_back(v.dtype);
   vk::record_elementwise(vk::thread_recorder(), k, inputs, out);
 }
@@ -54,6 +59,12 @@ vk::GpuView merge_leading(vk::GpuView v, size_t n, const char* op) {
 
 bool available() { return vk::availability().available; }
 std::string unavailable_reason() { return vk::availability().reason; }
+bool supports(Dtype t) {
+  if (!available()) return false;
+  if (t == float64) return vk::context().caps().float64;
+  if (t == int64) return vk::context().caps().int64;
+  return true;
+}
 
 void allocate(Array& out) {
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(out.nbytes(), 1));
@@ -86,7 +97,33 @@ void elementwise(std::string_view expr, Dtype compute, std::span<const Array> in
   record_generated(expr, compute, views, vk::array_out_view(out, out.shape()));
 }
 
-void matmul(const Array& a, const Array& b, Array& out) {
+void keyed_elementwise(std::string_view body, Dtype compute, const Array& keys, int64_t sample_size,
+                       Array& out) {
+  allocate(out);
+  if (out.size() == 0) return;
+  if (sample_size > vk::kMaxIndex)
+    throw NotImplemented::of("gpu random", "samples past 2^31 elements are not supported on the GPU",
+                             "{} elements", sample_size);
+  // The keys' two words as inputs broadcast over each sample: (batch..., 1, ..., 1) views.
+  const vk::GpuView kv = vk::array_view(keys);
+  const size_t batch = kv.shape.size() - 1, sample_rank = out.shape().size() - batch;
+  vk::GpuView word0 = kv;
+  word0.shape.pop_back();
+  word0.strides.pop_back();
+  word0.shape.insert(word0.shape.end(), sample_rank, 1);
+  word0.strides.insert(word0.strides.end(), sample_rank, 0);
+  vk::GpuView word1 = word0;
+  word1.offset += kv.strides.back();
+  const vk::GpuView words[] = {word0, word1};
+  const std::string index = batch == 0 ? "j" : fmt::format("j % {}u", sample_size);
+  record_generated(
+      fmt::format("kiln_keyed(uvec2(v0, v1), {})", index), compute, words,
+      vk::array_out_view(out, out.shape()),
+      fmt::format("#include \"common/random.glsl\"\n{} kiln_keyed(uvec2 key, uint i) {{ return {}; }}\n",
+                  vk::glsl_value_type(compute), body));
+}
+
+void matmul(const Array& a, const Array& b, Array& out, const Array* addend, float alpha, float beta) {
   allocate(out);
   if (out.size() == 0) return;
   const Shape& s = out.shape();
@@ -95,9 +132,32 @@ void matmul(const Array& a, const Array& b, Array& out) {
   Shape as(s.begin(), s.end() - 2), bs = as;
   as.insert(as.end(), {s[batch], k});
   bs.insert(bs.end(), {k, s[batch + 1]});
+  std::optional<vk::GpuView> d;
+  if (addend && beta != 0.0f) d = merge_leading(broadcast_view(*addend, s), batch, "matmul");
   vk::record_matmul(vk::thread_recorder(), merge_leading(broadcast_view(a, as), batch, "matmul"),
                     merge_leading(broadcast_view(b, bs), batch, "matmul"),
-                    merge_leading(vk::array_out_view(out, s), batch, "matmul"));
+                    merge_leading(vk::array_out_view(out, s), batch, "matmul"), d ? &*d : nullptr, alpha,
+                    d ? beta : 0.0f);
+}
+
+void linear(const Array& x, const Array& w, const Array* bias, Array& out) {
+  allocate(out);
+  if (out.size() == 0) return;
+  const int64_t units = w.shape(0), rows = out.size() / units;
+  // x as [rows, in] (its leading dims merged), w^T as the [in, units] view of w, the bias
+  // broadcast over the rows.
+  vk::GpuView xv = merge_leading(vk::array_view(x), x.shape().size() - 1, "linear");
+  vk::GpuView wt = vk::array_view(w);
+  std::swap(wt.shape[0], wt.shape[1]);
+  std::swap(wt.strides[0], wt.strides[1]);
+  std::optional<vk::GpuView> d;
+  if (bias) {
+    d = vk::array_view(*bias);
+    d->shape = {rows, units};
+    d->strides = {0, d->strides[0]};
+  }
+  vk::record_matmul(vk::thread_recorder(), xv, wt, vk::array_out_view(out, {rows, units}), d ? &*d : nullptr,
+                    1.0f, d ? 1.0f : 0.0f);
 }
 
 bool has_pending() { return vk::tls_thread_recorder && vk::tls_thread_recorder->pending() > 0; }

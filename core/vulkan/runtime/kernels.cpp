@@ -46,8 +46,10 @@ struct MatmulPush {
   uint32_t a_row_stride, a_col_stride, b_row_stride, b_col_stride, c_row_stride;
   uint32_t a_offset, b_offset, c_offset;
   uint32_t a_batch_stride, b_batch_stride, c_batch_stride;
+  uint32_t d_row_stride, d_col_stride, d_offset, d_batch_stride;
+  float alpha, beta;
 };
-static_assert(sizeof(CopyPush) == 112 && sizeof(MatmulPush) == 56);
+static_assert(sizeof(CopyPush) == 112 && sizeof(MatmulPush) == 80);
 
 }  // namespace
 
@@ -136,11 +138,20 @@ void record_sum_last_axis(Recorder& r, const GpuView& x, const GpuView& out) {
              p, Groups::linear(static_cast<uint64_t>(rows), ctx));
 }
 
-void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuView& c) {
+void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuView& c, const GpuView* d,
+                   float alpha, float beta) {
   constexpr const char* op = "gpu matmul";
   check_view(a, op);
   check_view(b, op);
   check_view(c, op);
+  if (d) {
+    check_view(*d, op);
+    if (d->dtype != float32 || d->shape != c.shape)
+      throw ShapeError::of(op, "the addend must have the output's shape and dtype", "{} {} for {}",
+                           dtype_name(d->dtype), d->shape, c.shape);
+  } else if (beta != 0.0f) {
+    throw ValueError::of(op, "beta without an addend", "beta {}", beta);
+  }
   if (a.dtype != float32 || b.dtype != float32 || c.dtype != float32)
     throw NotImplemented::of(op, "only float32 on the GPU so far", "{}, {}", dtype_name(a.dtype),
                              dtype_name(b.dtype));
@@ -156,7 +167,7 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   if (n > 1 && c.strides[rank - 1] != 1)
     throw ValueError::of(op, "output rows must be contiguous", "strides {}", c.strides);
   if (m == 0 || n == 0 || batch == 0) return;
-  for (const GpuView* v : {&a, &b, &c})
+  for (const GpuView* v : {&a, &b, &c, d ? d : &c})
     for (int64_t s : v->strides)
       if (s < 0) throw NotImplemented::of(op, "negative strides", "{}", v->strides);
   Context& ctx = r.context();
@@ -180,13 +191,23 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
                      u(c.offset),
                      u(rank == 3 ? a.strides[0] : 0),
                      u(rank == 3 ? b.strides[0] : 0),
-                     u(rank == 3 ? c.strides[0] : 0)};
+                     u(rank == 3 ? c.strides[0] : 0),
+                     u(d ? d->strides[rank - 2] : 0),
+                     u(d ? d->strides[rank - 1] : 0),
+                     u(d ? d->offset : 0),
+                     u(d && rank == 3 ? d->strides[0] : 0),
+                     alpha,
+                     beta};
   const Groups groups{u((n + tile - 1) / tile), u((m + tile - 1) / tile), u(batch)};
   if (groups.x > ctx.caps().max_workgroup_count[0] || groups.y > ctx.caps().max_workgroup_count[1] ||
       groups.z > ctx.caps().max_workgroup_count[2])
     throw NotImplemented::of(op, "too many tiles for one dispatch", "{} @ {}", a.shape, b.shape);
   r.dispatch(builtin_shader(big ? "matmul_f32_t128" : "matmul_f32_t64"), {},
-             {{a.buffer, Access::read}, {b.buffer, Access::read}, {c.buffer, Access::write}}, p, groups);
+             {{a.buffer, Access::read},
+              {b.buffer, Access::read},
+              {c.buffer, Access::write},
+              {d ? d->buffer : c.buffer, Access::read}},
+             p, groups);
 }
 
 }  // namespace kiln::detail::vk

@@ -37,6 +37,9 @@ void record_sum_last_axis(Recorder& r, const GpuView& x, const GpuView& out);
 
 /// c = a @ b for float32: a [.., M, K], b [.., K, N], c [.., M, N] with equal batch dims (a or b
 /// may have batch stride 0); a and b any strides, c's rows contiguous (column stride 1).
-void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuView& c);
+/// With an addend d (c's shape, any non-negative strides: 0 broadcasts a bias), c = alpha * a @ b +
+/// beta * d in the same pass (Linear's bias, AddMM).
+void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuView& c,
+                   const GpuView* d = nullptr, float alpha = 1.0f, float beta = 0.0f);
 
 }  // namespace kiln::detail::vk

@@ -80,8 +80,8 @@ void Recorder::barrier() {
 void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec,
                         std::span<const Binding> bindings, std::span<const std::byte> push, Groups groups) {
   if (bindings.empty() || bindings.size() > Context::kMaxBindings)
-    throw ValueError::of("vulkan dispatch", "between 1 and 8 bindings allowed", "{} given for {}",
-                         bindings.size(), shader.name);
+    throw ValueError::of("vulkan dispatch", "between 1 and 12 (Context::kMaxBindings) bindings allowed",
+                         "{} given for {}", bindings.size(), shader.name);
   if (push.size() > Context::kPushConstantBytes || push.size() % 4 != 0)
     throw ValueError::of("vulkan dispatch", "push constants must be a multiple of 4 bytes, at most 128",
                          "{} bytes for {}", push.size(), shader.name);
