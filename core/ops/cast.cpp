@@ -26,6 +26,8 @@ class AsType final : public PrimitiveWithParams<AsType>, public BlockKernel {
     });
   }
   void eval_gpu(std::span<const Array> in, std::span<Array> out) const override { gpu::copy(in[0], out[0]); }
+  // In a fused chain the operand (widened exactly to its compute dtype) converts to the result's.
+  const char* glsl() const override { return "x0"; }
   void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
                   int64_t n) const override {
     const int64_t sx = block_step(scalars, 0);

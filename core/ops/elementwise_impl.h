@@ -36,6 +36,12 @@ class BlockKernel {
   /// Which float32 operation this is, when compile's fused chains can evaluate it in registers;
   /// TileOp::none otherwise.
   virtual TileOp tile_op() const { return TileOp::none; }
+  /// Its GPU form for compile's fused chains: GLSL over x0, x1 (x2), the operands converted to
+  /// gpu_compute_dtype of the dtype it computes in (a select's condition to bool); null when it
+  /// has none.
+  virtual const char* glsl() const { return nullptr; }
+  /// Whether that GLSL needs float32-only math (exp, log, ...: no float64 kernel).
+  virtual bool glsl_float32_math() const { return false; }
 };
 
 /// An op with a register-tile form states it as `static constexpr TileOp kTileOp`. The tile
@@ -268,6 +274,15 @@ class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
   }
 
   TileOp tile_op() const override { return tile_op_of<D>(); }
+  const char* glsl() const override {
+    if constexpr (HasGlsl<D>)
+      return D::kGlsl;
+    else
+      return nullptr;
+  }
+  bool glsl_float32_math() const override {
+    return requires { D::kGlslFloat32Math; };
+  }
 
   void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
                   int64_t n) const override {
@@ -373,6 +388,15 @@ class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
   }
 
   TileOp tile_op() const override { return tile_op_of<D>(); }
+  const char* glsl() const override {
+    if constexpr (HasGlsl<D>)
+      return D::kGlsl;
+    else
+      return nullptr;
+  }
+  bool glsl_float32_math() const override {
+    return requires { D::kGlslFloat32Math; };
+  }
 
   void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
                   int64_t n) const override {

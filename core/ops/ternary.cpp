@@ -71,6 +71,7 @@ class Where final : public PrimitiveWithParams<Where>, public BlockKernel {
   void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
     gpu::elementwise("v0 ? v1 : v2", out[0].dtype(), in, out[0]);
   }
+  const char* glsl() const override { return "x0 ? x1 : x2"; }
   // Inputs each dense (row-contiguous, full size) or a single element: loops the compiler
   // vectorizes (relu is where(x <= 0, 0, x)), one instantiation per scalar pattern.
   static bool dense_or_scalar(std::span<const Array> in, Array& o) {

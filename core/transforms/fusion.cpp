@@ -179,6 +179,8 @@ struct Member {
 };
 
 constexpr int64_t kBlock = 1024;
+// Inputs one generated GPU kernel binds (with its output; 12 bindings, Context::kMaxBindings).
+constexpr int kMaxGpuChainInputs = 11;
 
 class FusedElementwise final : public Primitive {
  public:
@@ -337,6 +339,44 @@ class FusedElementwise final : public Primitive {
         }
       }
     });
+  }
+
+  // One generated kernel for the whole chain: each member's GLSL becomes a macro over its
+  // operands, and its result a temporary in the member's dtype (as the CPU's block buffers hold
+  // it). A chain with more inputs than one kernel binds, or a member without GLSL, runs member by
+  // member through each primitive's own kernel.
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    std::string helpers;
+    std::vector<gpu::ChainStep> steps;
+    bool fused = n_ext_ <= kMaxGpuChainInputs;
+    for (size_t m = 0; m < members_.size() && fused; ++m) {
+      const Member& mem = members_[m];
+      const char* glsl = mem.kernel->glsl();
+      fused = glsl && !(mem.kernel->glsl_float32_math() && mem.in_dtype == float64);
+      if (!fused) break;
+      std::string params, args;
+      for (size_t k = 0; k < mem.slots.size(); ++k) {
+        const int slot = mem.slots[k];
+        const bool condition = mem.slots.size() == 3 && k == 0;  // a select's bool first operand
+        params += fmt::format("{}x{}", k ? ", " : "", k);
+        args += fmt::format("{}kiln_to_{}({}{})", k ? ", " : "",
+                            condition ? "bool" : dtype_name(gpu_compute_dtype(mem.in_dtype)),
+                            slot < n_ext_ ? "v" : "t", slot < n_ext_ ? slot : slot - n_ext_);
+      }
+      helpers += fmt::format("#define KILN_MEMBER{}({}) ({})\n", m, params, glsl);
+      steps.push_back({mem.out_dtype, fmt::format("KILN_MEMBER{}({})", m, args)});
+    }
+    if (fused) return gpu::elementwise_chain(steps, helpers, in, out[0]);
+    std::vector<Array> values(in.begin(), in.end());
+    for (size_t m = 0; m < members_.size(); ++m) {
+      const Member& mem = members_[m];
+      std::vector<Array> args;
+      for (int slot : mem.slots) args.push_back(values[static_cast<size_t>(slot)]);
+      if (m + 1 == members_.size()) return mem.primitive->eval_gpu(args, out);
+      Array r = Array::make(mem.primitive->output_shapes(args)[0], mem.out_dtype, mem.primitive, args);
+      mem.primitive->eval_gpu(args, {&r, 1});
+      values.push_back(std::move(r));
+    }
   }
 
   std::vector<Array> vjp(const VjpArgs& a) const override { return vjp_of_function(unfused(), a); }

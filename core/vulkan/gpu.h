@@ -38,6 +38,18 @@ void copy(const Array& x, Array& out);
 /// result is converted to out's dtype. Throws NotImplemented when the device lacks a dtype
 /// (int64, float64) and ValueError when the expression does not compile.
 void elementwise(std::string_view expr, Dtype compute, std::span<const Array> inputs, Array& out);
+/// One temporary of a fused chain: t<k> = kiln_to_<dtype>(expr).
+struct ChainStep {
+  Dtype dtype;
+  std::string expr;
+};
+/// out = the last of `steps`, elementwise over out's shape with each input broadcast to it: one
+/// kernel for a chain of compile's fused elementwise ops. Each step's GLSL reads the inputs as
+/// stored (v0, v1, ...), the earlier temporaries (t0, ...) and what `helpers` defines. Throws
+/// NotImplemented when there are more inputs than one kernel binds (11) or a dtype needs a device
+/// feature it lacks.
+void elementwise_chain(std::span<const ChainStep> steps, std::string_view helpers,
+                       std::span<const Array> inputs, Array& out);
 /// out = `body` for each element of the random primitives: GLSL over `key` (uvec2, the threefry key
 /// of the element's sample) and `i` (uint, the element's index in its sample), with the functions
 /// of shaders/common/random.glsl, in `compute`, converted to out's dtype. `keys` is (batch..., 2):

@@ -22,6 +22,9 @@ void linear(const Array&, const Array&, const Array*, Array&) { no_gpu("gpu line
 void adam_step(std::span<const Array>, std::span<Array>, const AdamStepConstants&) {
   no_gpu("gpu adam_step");
 }
+void elementwise_chain(std::span<const ChainStep>, std::string_view, std::span<const Array>, Array&) {
+  no_gpu("gpu elementwise_chain");
+}
 void keyed_elementwise(std::string_view, Dtype, const Array&, int64_t, Array&) { no_gpu("gpu random"); }
 void random_permutation(const Array&, int64_t, Array&) { no_gpu("gpu permutation"); }
 

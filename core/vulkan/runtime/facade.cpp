@@ -97,6 +97,26 @@ void elementwise(std::string_view expr, Dtype compute, std::span<const Array> in
   record_generated(expr, compute, views, vk::array_out_view(out, out.shape()));
 }
 
+void elementwise_chain(std::span<const ChainStep> steps, std::string_view helpers,
+                       std::span<const Array> inputs, Array& out) {
+  allocate(out);
+  if (out.size() == 0) return;
+  vk::ElementwiseKernel k{.inputs = {},
+                          .compute = inputs.empty() ? uint32 : inputs[0].dtype(),  // x<i> go unused
+                          .out = out.dtype(),
+                          .expr = fmt::format("t{}", steps.size() - 1),
+                          .steps = {},
+                          .helpers = std::string(helpers)};
+  if (k.compute == bool_ || k.compute == float16 || k.compute == bfloat16) k.compute = uint32;
+  for (const ChainStep& st : steps) k.steps.push_back({st.dtype, st.expr});
+  std::vector<vk::GpuView> views;
+  for (const Array& x : inputs) {
+    views.push_back(broadcast_view(x, out.shape()));
+    k.inputs.push_back(x.dtype());
+  }
+  vk::record_elementwise(vk::thread_recorder(), k, views, vk::array_out_view(out, out.shape()));
+}
+
 void keyed_elementwise(std::string_view body, Dtype compute, const Array& keys, int64_t sample_size,
                        Array& out) {
   allocate(out);
