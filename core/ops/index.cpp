@@ -18,6 +18,7 @@
 #include "kiln/core/ops/shape_primitives.h"
 #include "kiln/core/primitive.h"
 #include "kiln/core/vulkan/gpu.h"
+#include "kiln/core/vulkan/gpu_gather.h"
 
 namespace kiln {
 namespace detail {
@@ -77,6 +78,13 @@ std::vector<int64_t> load_indices(const char* op, const Array& idx, const Shape&
 // Checks indices already known when the op is called, so the error points at the call.
 void check_known(const char* op, const Array& idx, int64_t n, int axis) {
   if (idx.is_available()) load_indices(op, idx, idx.shape(), n, axis);
+}
+
+// For eval_gpu: indices held on the host are checked before recording, as on the CPU; the kernels
+// read 0 for (or drop the updates of) bad indices computed on the device, which cannot be seen
+// before the submit (core/vulkan/gpu_gather.h).
+void check_host_indices(const char* op, const Array& idx, int64_t n, int axis) {
+  if (idx.node().buffer->on_host()) load_indices(op, idx, idx.shape(), n, axis);
 }
 
 // Flat row numbers into a's leading k dims from k index arrays of one shape.
@@ -234,6 +242,10 @@ class Take final : public PrimitiveWithParams<Take> {
       take_rows(a.strided_data<T>(), out[0].strided_data<T>(), b, rows.data(), in[1].size());
     });
   }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    check_host_indices("take", in[1], in[0].shape()[axis_], axis_);
+    gpu::take(in[0], in[1], axis_, out[0]);
+  }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array &x = a.primals[0], &idx = a.primals[1], &g = a.cotangents[0];
     std::vector<Array> out;
@@ -284,6 +296,10 @@ class ScatterAdd final : public PrimitiveWithParams<ScatterAdd> {
       using T = typename decltype(tag)::type;
       scatter_rows(out[0].strided_data<T>(), upd.strided_data<T>(), b, rows.data(), in[1].size(), true);
     });
+  }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    check_host_indices("scatter_add", in[1], in[0].shape()[axis_], axis_);
+    gpu::scatter_add(in[0], in[1], in[2], axis_, out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     std::vector<Array> out;
@@ -381,12 +397,13 @@ class ScatterAlongAxis final : public PrimitiveWithParams<ScatterAlongAxis> {
                     add_);
     });
   }
-  // As TakeAlongAxis::eval_gpu; the kernel drops updates at bad indices computed on the device.
+  // As TakeAlongAxis::eval_gpu; the kernels drop updates at bad indices computed on the device.
   void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
-    if (!add_) throw NotImplemented::of(name(), "no GPU kernel yet", "{}", dtype_name(in[0].dtype()));
-    if (in[1].node().buffer->on_host())
-      load_indices("scatter_add", in[1], in[1].shape(), in[0].shape()[axis_], axis_);
-    gpu::scatter_add_along_axis(in[0], in[1], in[2], axis_, out[0]);
+    check_host_indices(add_ ? "scatter_add" : "put_along_axis", in[1], in[0].shape()[axis_], axis_);
+    if (add_)
+      gpu::scatter_add_along_axis(in[0], in[1], in[2], axis_, out[0]);
+    else
+      gpu::put_along_axis(in[0], in[1], in[2], axis_, out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array &idx = a.primals[1], &g = a.cotangents[0];
@@ -437,6 +454,12 @@ class Gather final : public PrimitiveWithParams<Gather> {
       take_rows(a.strided_data<T>(), out[0].strided_data<T>(), rest_block(a.shape(), indices.size()),
                 rows.data(), indices[0].size());
     });
+  }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    const auto indices = in.subspan(1);
+    for (size_t k = 0; k < indices.size(); ++k)
+      check_host_indices("gather", indices[k], in[0].shape()[k], static_cast<int>(k));
+    gpu::gather(in[0], indices, out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const std::vector<Array> indices(a.primals.begin() + 1, a.primals.end());
@@ -505,6 +528,12 @@ class ScatterAddND final : public PrimitiveWithParams<ScatterAddND> {
       scatter_rows(out[0].strided_data<T>(), upd.strided_data<T>(),
                    Gather::rest_block(in[0].shape(), indices.size()), rows.data(), indices[0].size(), true);
     });
+  }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    const auto indices = in.subspan(2);
+    for (size_t k = 0; k < indices.size(); ++k)
+      check_host_indices("gather", indices[k], in[0].shape()[k], static_cast<int>(k));
+    gpu::scatter_add_nd(in[0], in[1], indices, out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const std::vector<Array> indices(a.primals.begin() + 2, a.primals.end());

@@ -12,6 +12,7 @@
 #include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/ternary.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/vulkan/gpu_scan.h"
 
 namespace kiln {
 namespace detail {
@@ -119,6 +120,11 @@ class Scan final : public PrimitiveWithParams<Scan> {
       else
         scan_dense<true>(src, dst, outer, n, inner, reverse_, inclusive_);
     });
+  }
+
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    gpu::scan(kind_ == ScanKind::sum ? gpu::ScanKind::sum : gpu::ScanKind::prod, in[0], axis_, reverse_,
+              inclusive_, out[0]);
   }
 
   std::vector<Array> vjp(const VjpArgs& a) const override;

@@ -10,6 +10,7 @@
 #include "kiln/core/ops/shape_primitives.h"
 #include "kiln/core/ops/ternary.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/vulkan/gpu_gather.h"
 
 namespace kiln {
 namespace detail {
@@ -41,6 +42,9 @@ class Concatenate final : public PrimitiveWithParams<Concatenate> {
                      x.shape());
       at += x.shape()[axis_];
     }
+  }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    gpu::concatenate(in, axis_, out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     std::vector<int64_t> offsets{0};
@@ -95,6 +99,9 @@ class Pad final : public PrimitiveWithParams<Pad> {
     for (int i = 0; i < o.ndim(); ++i) offset += low_[i] * o.strides()[i];
     copy_strided(x.raw_data(), x.dtype(), x.strides(),
                  static_cast<char*>(o.raw_data()) + offset * o.itemsize(), o.dtype(), o.strides(), x.shape());
+  }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    gpu::pad(in[0], in[1], low_, out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array& g = a.cotangents[0];

@@ -9,6 +9,7 @@
 #include "kiln/core/ops/shape_primitives.h"
 #include "kiln/core/primitive.h"
 #include "kiln/core/vulkan/gpu.h"
+#include "kiln/core/vulkan/gpu_gather.h"
 
 namespace kiln {
 namespace detail {
@@ -132,6 +133,11 @@ class SliceUpdate final : public PrimitiveWithParams<SliceUpdate> {
     char* dst = static_cast<char*>(o.raw_data()) + offset * o.itemsize();
     copy_strided(u.raw_data(), u.dtype(), u.strides(), dst, o.dtype(), st, u.shape());
   }
+  // A copy of the array and then of the update into its slice; no in-place donation on the GPU
+  // (Array::donate_from takes host buffers only).
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    gpu::slice_update(in[0], in[1], starts_, steps_, out[0]);
+  }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array &g = a.cotangents[0], &u = a.primals[1];
     std::vector<Array> out;
@@ -177,6 +183,8 @@ class Split final : public PrimitiveWithParams<Split> {
       out[i].set_view(in[0], in[0].strides(), offset);
     }
   }
+  // Views of the input's buffer, wherever it lives.
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override { eval_cpu(in, out); }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const int64_t n = a.primals[0].shape()[axis_];
     bool tiles = true;  // the pieces cover the axis once, in order

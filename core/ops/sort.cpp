@@ -12,6 +12,7 @@
 #include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/index.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/vulkan/gpu_sort.h"
 
 namespace kiln {
 namespace detail {
@@ -90,6 +91,9 @@ class Sort final : public PrimitiveWithParams<Sort> {
       });
     });
   }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    gpu::sort(in[0], axis_, out[0]);
+  }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     // Each input element went to one output position: scatter the cotangent back through it.
     const Array& x = a.primals[0];
@@ -147,6 +151,9 @@ class ArgSort final : public IndexPrimitive<ArgSort> {
       });
     });
   }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    gpu::argsort(in[0], axis_, out[0]);
+  }
   VmapResult vmap(const VmapArgs& a) const override {
     const int b = a.axes[0];
     const int axis = b >= 0 && b <= axis_ ? axis_ + 1 : axis_;
@@ -191,6 +198,9 @@ class ArgTopK final : public IndexPrimitive<ArgTopK> {
         for (int64_t j = 0; j < k_; ++j) dst[oo + j * so] = buf[j].i;
       });
     });
+  }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    gpu::argtopk(in[0], k_, axis_, out[0]);
   }
   VmapResult vmap(const VmapArgs& a) const override {
     const int b = a.axes[0];

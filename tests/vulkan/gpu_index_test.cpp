@@ -239,11 +239,5 @@ TEST_F(GpuIndex, CrossEntropyValueAndGradient) {
   test::expect_close(gg, test::values(cg), 1e-5, 1e-5);
 }
 
-TEST_F(GpuIndex, PutAlongAxisHasNoGpuKernelYet) {
-  const Array x = rand({3, 4}, 25);
-  EXPECT_THROW(eval(put_along_axis(x, rand_index({3, 2}, 26, 0, 4), rand({3, 2}, 27), 1, Device::gpu)),
-               NotImplemented);
-}
-
 }  // namespace
 }  // namespace kiln

@@ -64,6 +64,17 @@ TEST_F(GpuLinalg, LinearGradientsMatchTheCpu) {
   for (size_t i = 0; i < 3; ++i) expect_close(g[i], c[i], 1e-4, 1e-5, "gradient " + std::to_string(i));
 }
 
+TEST_F(GpuLinalg, BatchedMatmulOfAttentionLayoutViews) {
+  // [batch, heads, tokens, dim] views of [batch, tokens, heads, dim] arrays: batch dims that do not
+  // merge into one, as attention makes them.
+  const Array q = swapaxes(random_array({2, 5, 3, 4}, 13), 1, 2),
+              k = swapaxes(random_array({2, 5, 3, 4}, 14), 1, 2);
+  const Array kt = swapaxes(k, -1, -2);
+  expect_close(matmul(q, kt, Device::gpu), matmul(q, kt, Device::cpu), 1e-5, 1e-6, "q @ k^T");
+  const Array b = random_array({3, 4, 6}, 15);  // broadcast over the leading batch dim
+  expect_close(matmul(q, b, Device::gpu), matmul(q, b, Device::cpu), 1e-5, 1e-6, "broadcast batch");
+}
+
 TEST_F(GpuLinalg, AddmmMatchesTheCpu) {
   const Array a = random_array({3, 20, 11}, 10), b = random_array({3, 11, 14}, 11);
   for (const Shape& cs : std::vector<Shape>{{3, 20, 14}, {14}, {20, 1}, {}}) {

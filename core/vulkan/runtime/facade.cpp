@@ -55,6 +55,20 @@ vk::GpuView merge_leading(vk::GpuView v, size_t n, const char* op) {
   v.strides = std::move(strides);
   return v;
 }
+// merge_leading, after a row-major copy of v into a temporary when its batch dims do not merge
+// (e.g. attention's [batch, heads, ...] views of a [batch, tokens, heads, ...] array).
+vk::GpuView merge_leading_or_copy(vk::GpuView v, size_t n, const char* op) {
+  if (n > 1 && !vk::merged_stride(v, 0, n)) {
+    vk::Recorder& r = vk::thread_recorder();
+    vk::GpuView dense = vk::GpuView::contiguous(
+        r.context().allocator().allocate(static_cast<size_t>(std::max<int64_t>(vk::numel(v.shape), 1)) *
+                                         static_cast<size_t>(size_of(v.dtype))),
+        v.dtype, v.shape);
+    vk::record_copy(r, v, dense);
+    v = std::move(dense);
+  }
+  return merge_leading(std::move(v), n, op);
+}
 }  // namespace
 
 bool available() { return vk::availability().available; }
@@ -153,9 +167,9 @@ void matmul(const Array& a, const Array& b, Array& out, const Array* addend, flo
   as.insert(as.end(), {s[batch], k});
   bs.insert(bs.end(), {k, s[batch + 1]});
   std::optional<vk::GpuView> d;
-  if (addend && beta != 0.0f) d = merge_leading(broadcast_view(*addend, s), batch, "matmul");
-  vk::record_matmul(vk::thread_recorder(), merge_leading(broadcast_view(a, as), batch, "matmul"),
-                    merge_leading(broadcast_view(b, bs), batch, "matmul"),
+  if (addend && beta != 0.0f) d = merge_leading_or_copy(broadcast_view(*addend, s), batch, "matmul");
+  vk::record_matmul(vk::thread_recorder(), merge_leading_or_copy(broadcast_view(a, as), batch, "matmul"),
+                    merge_leading_or_copy(broadcast_view(b, bs), batch, "matmul"),
                     merge_leading(vk::array_out_view(out, s), batch, "matmul"), d ? &*d : nullptr, alpha,
                     d ? beta : 0.0f);
 }

@@ -1,0 +1,48 @@
+#pragma once
+// Recording helpers for the scan kernels (shaders/scan/scan_rows.comp, scan_cols.comp): they
+// validate the views, pick the variant and the layout (invocations per row, a three-pass split
+// of long axes that would leave the device idle) and record the dispatches; they never submit.
+#include <cstdint>
+
+#include "kiln/core/vulkan/runtime/kernels.h"
+
+namespace kiln::detail::vk {
+
+struct DeviceCaps;
+
+enum class ScanOp : uint8_t { sum, prod };
+
+struct ScanParams {
+  ScanOp op = ScanOp::sum;
+  bool reverse = false;   ///< accumulate from the end of the axis
+  bool inclusive = true;  ///< out[k] includes x[k]; else it holds what precedes it (the identity first)
+};
+
+/// Device features the scan kernels may use: 16-bit stores (else float16/bfloat16 results go
+/// through a float32 buffer and a conversion kernel), int64 and float64 (else those dtypes throw,
+/// and float32 accumulates in float32).
+struct ScanFeatures {
+  bool storage16 = false, int64 = false, float64 = false;
+  static ScanFeatures of(const DeviceCaps& caps);
+};
+
+/// The dtype of a scan's result for input t, as on the CPU (reduce_out_dtype of a sum): int32
+/// for bool and int8, uint32 for uint8, t otherwise.
+Dtype scan_out_dtype(Dtype t);
+
+/// out[o, k, i] = the sum or product of x[o, j, i] over j <= k (j >= k when reverse; j < k or
+/// j > k when exclusive) for x an [outer, n, inner] view with any strides, out contiguous with
+/// x's shape and dtype scan_out_dtype(x.dtype). Every dtype: integers (and bools) wrap in the
+/// unsigned type of the output's width, float32 and float64 accumulate in float64 as on the CPU
+/// (float32 in float32 on a device without float64), float16 and bfloat16 in float32. Throws ShapeError or
+/// ValueError (views, dtypes) and NotImplemented (int64/float64 on a device without them, past 2^31
+/// elements).
+void record_scan(Recorder& r, const ScanParams& params, const GpuView& x, const GpuView& out);
+
+/// The same with features chosen by the caller; they must be a subset of the device's (tests use
+/// it to force the float32 path of 16-bit results and the errors of missing features). Throws
+/// ValueError otherwise.
+void record_scan(Recorder& r, const ScanParams& params, const GpuView& x, const GpuView& out,
+                 const ScanFeatures& features);
+
+}  // namespace kiln::detail::vk

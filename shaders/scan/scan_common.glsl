@@ -1,0 +1,74 @@
+// What scan_rows.comp and scan_cols.comp share: the buffers, the specialization constants, and
+// loads, stores and arithmetic by variant. The includer enables the extensions its variant needs
+// and defines:
+//   ACC_T             the accumulator: double (float32 and float64 inputs; float32 too where the
+//                     device lacks float64), float (float16 and bfloat16), uint (8- and 32-bit
+//                     integers and bool: sums and products wrap mod 2^32, as the CPU's do in the
+//                     unsigned type of the output), uint64_t (int64)
+//   KILN_WORDS        the input is read as uint words (kInType says how), so 8- and 16-bit inputs
+//                     need no 8- or 16-bit storage; otherwise it is an ACC_T array
+//   KILN_ACC_FLOAT    ACC_T is a float type (a 32-bit word is its bits)
+//   KILN_OUT_16       the output is float16 or bfloat16 (kOutType), stored as uint16_t from the
+//                     float accumulator with the CPU's rounding; otherwise it is OUT_T
+// Binding 1 is the output, or (kTotals) the ACC_T total of each logical row; binding 2 holds the
+// ACC_T value each logical row starts from (kCarry): the combined totals of the pieces before it.
+#ifndef KILN_SCAN_COMMON_GLSL
+#define KILN_SCAN_COMMON_GLSL
+#include "../common/indexing.glsl"
+#include "../common/dtype_convert.glsl"
+
+layout(constant_id = 1) const bool kProd = false;  // a product, else a sum
+// KILN_WORDS: 0 a 32-bit word, 1 float16, 2 bfloat16, 3 uint8 or bool, 4 int8.
+layout(constant_id = 2) const uint kInType = 0;
+layout(constant_id = 3) const uint kOutType = 0;  // KILN_OUT_16: 0 float16, 1 bfloat16
+layout(constant_id = 4) const bool kTotals = false;
+layout(constant_id = 5) const bool kCarry = false;
+layout(constant_id = 6) const bool kInclusive = true;
+layout(constant_id = 7) const bool kReverse = false;
+
+#ifdef KILN_WORDS
+layout(std430, set = 0, binding = 0) readonly buffer In { uint x_words[]; };
+#else
+layout(std430, set = 0, binding = 0) readonly buffer In { ACC_T x[]; };
+#endif
+#ifdef KILN_OUT_16
+layout(std430, set = 0, binding = 1) writeonly buffer Out { uint16_t y[]; };
+#else
+layout(std430, set = 0, binding = 1) writeonly buffer Out { OUT_T y[]; };
+#endif
+layout(std430, set = 0, binding = 1) writeonly buffer Totals { ACC_T totals[]; };
+layout(std430, set = 0, binding = 2) readonly buffer Carry { ACC_T carry_in[]; };
+
+#ifdef KILN_ACC_FLOAT
+#define KILN_FROM_WORD(w) uintBitsToFloat(w)
+#else
+#define KILN_FROM_WORD(w) (w)
+#endif
+
+ACC_T kiln_scan_identity() { return kProd ? ACC_T(1) : ACC_T(0); }
+ACC_T kiln_scan_combine(ACC_T a, ACC_T b) { return kProd ? a * b : a + b; }
+
+// Element i (in elements of the input's dtype) as an ACC_T.
+ACC_T kiln_scan_load(int i) {
+#ifdef KILN_WORDS
+  const uint e = uint(i);
+  if (kInType == 1u || kInType == 2u) {
+    const uint h = bitfieldExtract(x_words[e >> 1], int(e & 1u) * 16, 16);
+    return ACC_T(kInType == 1u ? kiln_half_to_float(h) : kiln_bfloat_to_float(h));
+  }
+  if (kInType == 3u) return ACC_T(bitfieldExtract(x_words[e >> 2], int(e & 3u) * 8, 8));
+  if (kInType == 4u) return ACC_T(uint(bitfieldExtract(int(x_words[e >> 2]), int(e & 3u) * 8, 8)));
+  return ACC_T(KILN_FROM_WORD(x_words[e]));
+#else
+  return x[i];
+#endif
+}
+
+void kiln_scan_store(uint i, ACC_T v) {
+#ifdef KILN_OUT_16
+  y[i] = uint16_t(kOutType == 0u ? kiln_float_to_half(v) : kiln_float_to_bfloat(v));
+#else
+  y[i] = OUT_T(v);
+#endif
+}
+#endif
