@@ -10,6 +10,7 @@
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/vulkan/gpu_conv.h"
 
 namespace kiln {
 namespace detail {
@@ -55,6 +56,8 @@ class ConvBase : public PrimitiveWithParams<D> {
 Array conv_node(const Array& x, const Array& w, const ConvParams& p, Stream s);
 Array grad_input_node(const Array& gy, const Array& w, const ConvParams& p, Size2 in_hw, Stream s);
 Array grad_weight_node(const Array& x, const Array& gy, const ConvParams& p, Size2 k_hw, Stream s);
+
+gpu::ConvOptions gpu_options(const ConvParams& p) { return {p.stride, p.padding, p.dilation, p.groups}; }
 
 ConvParams times_groups(ConvParams p, int64_t b) {
   p.groups *= static_cast<int>(b);
@@ -115,6 +118,9 @@ class Conv final : public ConvBase<Conv> {
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     conv2d_forward(in[0], in[1], out[0], geometry(in[0].shape(), in[1].shape(), p_));
   }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    gpu::conv2d(in[0], in[1], gpu_options(p_), out[0]);
+  }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array &x = a.primals[0], &w = a.primals[1], &gy = a.cotangents[0];
     std::vector<Array> out;
@@ -160,6 +166,9 @@ class ConvGradInput final : public ConvBase<ConvGradInput> {
     const ConvGeometry g = geometry(out[0].shape(), in[1].shape(), p_);
     KILN_ASSERT(in[0].shape(2) == g.oh && in[0].shape(3) == g.ow);
     conv2d_grad_input(in[0], in[1], out[0], g);
+  }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    gpu::conv2d_grad_input(in[0], in[1], gpu_options(p_), out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array &gy = a.primals[0], &w = a.primals[1], &c = a.cotangents[0];
@@ -210,6 +219,9 @@ class ConvGradWeight final : public ConvBase<ConvGradWeight> {
     const ConvGeometry g = geometry(in[0].shape(), out[0].shape(), p_);
     KILN_ASSERT(in[1].shape(2) == g.oh && in[1].shape(3) == g.ow);
     conv2d_grad_weight(in[0], in[1], out[0], g);
+  }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    gpu::conv2d_grad_weight(in[0], in[1], gpu_options(p_), out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array &x = a.primals[0], &gy = a.primals[1], &c = a.cotangents[0];
