@@ -79,7 +79,6 @@ struct Power : BinaryOp<Power> {
   using BinaryOp::BinaryOp;
   static constexpr const char* kName = "Power";
   static constexpr const char* kGlsl = "kiln_power(x0, x1)";
-  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "power";
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>

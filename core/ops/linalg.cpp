@@ -107,8 +107,9 @@ class Matmul final : public PrimitiveWithParams<Matmul> {
     batched_matmul(in[0], in[1], out[0], 1.0, 0.0);
   }
   void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
-    if (in[0].dtype() != float32)
-      throw NotImplemented::of(name(), "only float32 has a GPU kernel yet", "{}", dtype_name(in[0].dtype()));
+    if (in[0].dtype() != float32 && in[0].dtype() != float64)
+      throw NotImplemented::of(name(), "only float32 and float64 have a GPU kernel yet", "{}",
+                               dtype_name(in[0].dtype()));
     gpu::matmul(in[0], in[1], out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
@@ -158,8 +159,9 @@ class AddMM final : public PrimitiveWithParams<AddMM> {
     batched_matmul(in[1], in[2], out[0], alpha_, beta_);
   }
   void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
-    if (in[1].dtype() != float32)
-      throw NotImplemented::of(name(), "only float32 has a GPU kernel yet", "{}", dtype_name(in[1].dtype()));
+    if (in[1].dtype() != float32 && in[1].dtype() != float64)
+      throw NotImplemented::of(name(), "only float32 and float64 have a GPU kernel yet", "{}",
+                               dtype_name(in[1].dtype()));
     gpu::matmul(in[1], in[2], out[0], &in[0], static_cast<float>(alpha_), static_cast<float>(beta_));
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {

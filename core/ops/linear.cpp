@@ -67,8 +67,9 @@ class Linear final : public PrimitiveWithParams<Linear> {
       linear_cpu<double>(in[0], in[1], b, out[0]);
   }
   void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
-    if (in[0].dtype() != float32)
-      throw NotImplemented::of(name(), "only float32 has a GPU kernel yet", "{}", dtype_name(in[0].dtype()));
+    if (in[0].dtype() != float32 && in[0].dtype() != float64)
+      throw NotImplemented::of(name(), "only float32 and float64 have a GPU kernel yet", "{}",
+                               dtype_name(in[0].dtype()));
     gpu::linear(in[0], in[1], in.size() == 3 ? &in[2] : nullptr, out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {

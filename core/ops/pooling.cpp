@@ -24,6 +24,7 @@
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/ops/shape_primitives.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/vulkan/gpu_pool.h"
 
 namespace kiln {
 namespace detail {
@@ -357,6 +358,13 @@ class MaxPool2d final : public PrimitiveWithParams<MaxPool2d> {
       else
         scatter_kernel<T>(x.strided_data<T>(), other.strided_data<T>(), out[0].strided_data<T>(), g);
     });
+  }
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
+    const gpu::PoolOptions o{p_.kernel, p_.stride, p_.padding, p_.dilation};
+    if (mode_ == PoolMode::gather)
+      gpu::max_pool2d(in[0], in.size() > 1 ? &in[1] : nullptr, o, out[0]);
+    else
+      gpu::max_pool2d_scatter(in[0], in[1], o, out[0]);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array &x = a.primals[0], &ct = a.cotangents[0];

@@ -85,7 +85,6 @@ struct Exp : UnaryOp<Exp> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Exp";
   static constexpr const char* kGlsl = "kiln_exp(x0)";
-  static constexpr bool kGlslFloat32Math = true;
   static constexpr TileOp kTileOp = TileOp::exp;
   static constexpr const char* kOpName = "exp";
   static constexpr DtypeSet kTypes = kFloatTypes;
@@ -104,7 +103,6 @@ struct Expm1 : UnaryOp<Expm1> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Expm1";
   static constexpr const char* kGlsl = "kiln_expm1(x0)";
-  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "expm1";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -118,7 +116,6 @@ struct Log : UnaryOp<Log> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Log";
   static constexpr const char* kGlsl = "kiln_log(x0)";
-  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "log";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -132,7 +129,6 @@ struct Log1p : UnaryOp<Log1p> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Log1p";
   static constexpr const char* kGlsl = "kiln_log1p(x0)";
-  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "log1p";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -184,7 +180,6 @@ struct Sin : UnaryOp<Sin> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Sin";
   static constexpr const char* kGlsl = "kiln_sin(x0)";
-  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "sin";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -198,7 +193,6 @@ struct Cos : UnaryOp<Cos> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Cos";
   static constexpr const char* kGlsl = "kiln_cos(x0)";
-  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "cos";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -212,7 +206,6 @@ struct Tan : UnaryOp<Tan> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Tan";
   static constexpr const char* kGlsl = "kiln_tan(x0)";
-  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "tan";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -226,7 +219,6 @@ struct Tanh : UnaryOp<Tanh> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Tanh";
   static constexpr const char* kGlsl = "kiln_tanh(x0)";
-  static constexpr bool kGlslFloat32Math = true;
   static constexpr TileOp kTileOp = TileOp::tanh;
   static constexpr const char* kOpName = "tanh";
   static constexpr DtypeSet kTypes = kFloatTypes;
@@ -245,7 +237,6 @@ struct Sigmoid : UnaryOp<Sigmoid> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Sigmoid";
   static constexpr const char* kGlsl = "kiln_sigmoid(x0)";
-  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "sigmoid";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -268,7 +259,6 @@ struct Erf : UnaryOp<Erf> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Erf";
   static constexpr const char* kGlsl = "kiln_erf(x0)";
-  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "erf";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;
@@ -284,7 +274,6 @@ struct Erfinv : UnaryOp<Erfinv> {
   using UnaryOp::UnaryOp;
   static constexpr const char* kName = "Erfinv";
   static constexpr const char* kGlsl = "kiln_erfinv(x0)";
-  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "erfinv";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kFloatOnly = true;

@@ -7,8 +7,12 @@
 // x, idx and upd may have any strides (0 too); out is contiguous with x's shape. Indices are
 // loaded as in take_along_axis.comp; updates at indices outside [-n, n) are dropped (the host
 // checks the indices it holds and throws as the CPU does).
+// int32 adds serve uint32 too (the same bits); int64 is added as two uint words with a carry
+// (KILN_WORDS64), so it needs no shaderInt64; float64 needs shaderFloat64 (the host checks).
 // kiln-variant: scatter_add_along_axis_f32 -DVAL_T=float
+// kiln-variant: scatter_add_along_axis_f64 -DVAL_T=double
 // kiln-variant: scatter_add_along_axis_i32 -DVAL_T=int
+// kiln-variant: scatter_add_along_axis_i64 -DVAL_T=uvec2 -DKILN_WORDS64
 #extension GL_GOOGLE_include_directive : require
 #include "../common/indexing.glsl"
 
@@ -32,6 +36,16 @@ layout(push_constant) uniform Push {
   int upd_strides[KILN_INDEX_RANK];
 } p;
 
+VAL_T add(VAL_T a, VAL_T b) {
+#ifdef KILN_WORDS64
+  uint carry;
+  const uint lo = uaddCarry(a.x, b.x, carry);
+  return uvec2(lo, a.y + b.y + carry);
+#else
+  return a + b;
+#endif
+}
+
 void main() {
   const uint i = kiln_global_id();
   if (i >= p.total) return;
@@ -52,7 +66,7 @@ void main() {
   VAL_T acc = x[xo];
   for (uint j = 0; j < p.updates; ++j) {
     if (kiln_load_index(uint(io + int(j) * p.idx_strides[p.axis]), n) == int(target))
-      acc += upd[uo + int(j) * p.upd_strides[p.axis]];
+      acc = add(acc, upd[uo + int(j) * p.upd_strides[p.axis]]);
   }
   y[i] = acc;
 }

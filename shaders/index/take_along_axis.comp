@@ -5,6 +5,8 @@
 // arithmetic is needed; negative ones count from the end. An index still outside [0, n) reads 0:
 // the host checks indices it holds and throws as the CPU does, but cannot see the values of
 // indices computed on the device in the same submit (index_facade.cpp).
+// Values are moved as bits: uvec2 for the 8-byte dtypes (no 64-bit type needed).
+// kiln-variant: take_along_axis_u64 -DVAL_T=uvec2
 // kiln-variant: take_along_axis_u32 -DVAL_T=uint
 // kiln-variant: take_along_axis_u16 -DVAL_T=uint16_t -DKILN_16BIT
 #extension GL_GOOGLE_include_directive : require

@@ -4,24 +4,42 @@
 // counts as the extreme, as on the CPU). Laid out like reduce_rows.comp: kWorkgroupSize /
 // threads_per_row rows per workgroup, a strided fold per invocation, then a shared-memory tree
 // whose joins keep the lower column on equal values, so the order of the joins does not matter.
+// Byte inputs (KILN_IN_BYTES, signed with KILN_IN_SIGNED) are read from uint words and may have
+// strided columns; bfloat16 (KILN_IN_BF16) is read as uint16_t bits. The float64 variant needs
+// shaderFloat64 and the int64 one shaderInt64 (the host checks).
 // kiln-variant: arg_reduce_rows_f32 -DIN_T=float -DVAL_T=float -DKILN_FLOAT
+// kiln-variant: arg_reduce_rows_f64 -DIN_T=double -DVAL_T=double -DKILN_FLOAT
 // kiln-variant: arg_reduce_rows_i32 -DIN_T=int -DVAL_T=int
+// kiln-variant: arg_reduce_rows_u32 -DIN_T=uint -DVAL_T=uint
+// kiln-variant: arg_reduce_rows_i64 -DIN_T=int64_t -DVAL_T=int64_t -DKILN_INT64
+// kiln-variant: arg_reduce_rows_b8 -DKILN_IN_BYTES -DVAL_T=int
+// kiln-variant: arg_reduce_rows_s8 -DKILN_IN_BYTES -DKILN_IN_SIGNED -DVAL_T=int
 // kiln-variant: arg_reduce_rows_f16 -DIN_T=float16_t -DVAL_T=float -DKILN_FLOAT -DKILN_16BIT
+// kiln-variant: arg_reduce_rows_bf16 -DIN_T=uint16_t -DVAL_T=float -DKILN_FLOAT -DKILN_16BIT -DKILN_IN_BF16
 #extension GL_GOOGLE_include_directive : require
 #ifdef KILN_16BIT
 #extension GL_EXT_shader_16bit_storage : require
 #endif
+#ifdef KILN_INT64
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#endif
+#include "../common/dtype_convert.glsl"
 #include "../common/indexing.glsl"
 
 layout(constant_id = 1) const bool kMax = true;
 
+#ifdef KILN_IN_BYTES
+layout(std430, set = 0, binding = 0) readonly buffer In { uint x_words[]; };
+#else
 layout(std430, set = 0, binding = 0) readonly buffer In { IN_T x[]; };
+#endif
 layout(std430, set = 0, binding = 1) writeonly buffer Out { int y[]; };
 
 layout(push_constant) uniform Push {
   uint rows;
   uint cols;
   uint row_stride;
+  uint col_stride;  // 1, except for byte inputs (which the host cannot copy densely)
   uint in_offset;
   uint out_offset;
   uint threads_per_row;  // a power of two dividing kWorkgroupSize
@@ -29,6 +47,18 @@ layout(push_constant) uniform Push {
 
 shared VAL_T best_value[kWorkgroupSize];
 shared uint best_index[kWorkgroupSize];
+
+VAL_T load(uint i) {
+#if defined(KILN_IN_BYTES) && defined(KILN_IN_SIGNED)
+  return bitfieldExtract(int(x_words[i >> 2]), int(8u * (i & 3u)), 8);
+#elif defined(KILN_IN_BYTES)
+  return int((x_words[i >> 2] >> (8u * (i & 3u))) & 0xFFu);
+#elif defined(KILN_IN_BF16)
+  return kiln_bfloat_to_float(uint(x[i]));
+#else
+  return VAL_T(x[i]);
+#endif
+}
 
 bool is_nan(VAL_T v) {
 #ifdef KILN_FLOAT
@@ -60,7 +90,7 @@ void main() {
   if (in_range) {
     const uint base = p.in_offset + row * p.row_stride;
     for (uint c = lane; c < p.cols; c += tpr) {
-      const VAL_T v = VAL_T(x[base + c]);
+      const VAL_T v = load(base + c * p.col_stride);
       if (better(value, index, v, c)) {
         value = v;
         index = c;

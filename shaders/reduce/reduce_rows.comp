@@ -6,26 +6,40 @@
 //
 // Long rows are split by the host into `splits` chunks of `chunk` columns: logical row
 // i = row * splits + s covers columns [s * chunk, (s + 1) * chunk) of row `row`, and a second pass
-// reduces the partials. Float inputs accumulate in float; integer sums and products wrap.
-// max/min of floats propagate NaN (a NaN wins, as on the CPU).
+// reduces the partials. Float inputs accumulate in float (float64 in double); integer sums and
+// products wrap. max/min of floats propagate NaN (a NaN wins, as on the CPU).
 //
-// Bool input (KILN_IN_BOOL) is read as bytes of uint words, and bool output (kOutBool: all/any,
-// and max/min of bools) written as bytes of uint words with atomics, so neither needs 8-bit
+// Byte inputs (KILN_IN_BYTES: bool, uint8, and int8 with KILN_IN_SIGNED) are read as bytes of uint
+// words, and byte outputs (kOutBytes: bools for all/any and max/min of bools, the low byte for
+// max/min of int8/uint8) written as bytes of uint words with atomics, so neither needs 8-bit
 // storage; each byte has one writer, and the atomics keep the other bytes of its word intact.
+// bfloat16 (KILN_IN_BF16, KILN_OUT_BF16) is stored as uint16_t bits and converted by hand.
+// The float64 variants need shaderFloat64, the int64 one shaderInt64 (the host checks).
 // kiln-variant: reduce_rows_f32 -DIN_T=float -DACC_T=float -DOUT_T=float -DKILN_FLOAT
+// kiln-variant: reduce_rows_f64 -DIN_T=double -DACC_T=double -DOUT_T=double -DKILN_FLOAT
 // kiln-variant: reduce_rows_i32 -DIN_T=int -DACC_T=int -DOUT_T=int
-// kiln-variant: reduce_rows_b8_i32 -DKILN_IN_BOOL -DACC_T=int -DOUT_T=int
+// kiln-variant: reduce_rows_u32 -DIN_T=uint -DACC_T=uint -DOUT_T=uint -DKILN_UNSIGNED
+// kiln-variant: reduce_rows_i64 -DIN_T=int64_t -DACC_T=int64_t -DOUT_T=int64_t -DKILN_INT64
+// kiln-variant: reduce_rows_b8_i32 -DKILN_IN_BYTES -DACC_T=int -DOUT_T=int
+// kiln-variant: reduce_rows_s8_i32 -DKILN_IN_BYTES -DKILN_IN_SIGNED -DACC_T=int -DOUT_T=int
 // kiln-variant: reduce_rows_f16 -DIN_T=float16_t -DACC_T=float -DOUT_T=float16_t -DKILN_FLOAT -DKILN_16BIT
 // kiln-variant: reduce_rows_f16_f32 -DIN_T=float16_t -DACC_T=float -DOUT_T=float -DKILN_FLOAT -DKILN_16BIT
 // kiln-variant: reduce_rows_f32_f16 -DIN_T=float -DACC_T=float -DOUT_T=float16_t -DKILN_FLOAT -DKILN_16BIT
+// kiln-variant: reduce_rows_bf16 -DIN_T=uint16_t -DACC_T=float -DOUT_T=uint16_t -DKILN_FLOAT -DKILN_16BIT -DKILN_IN_BF16 -DKILN_OUT_BF16
+// kiln-variant: reduce_rows_bf16_f32 -DIN_T=uint16_t -DACC_T=float -DOUT_T=float -DKILN_FLOAT -DKILN_16BIT -DKILN_IN_BF16
+// kiln-variant: reduce_rows_f32_bf16 -DIN_T=float -DACC_T=float -DOUT_T=uint16_t -DKILN_FLOAT -DKILN_16BIT -DKILN_OUT_BF16
 #extension GL_GOOGLE_include_directive : require
 #ifdef KILN_16BIT
 #extension GL_EXT_shader_16bit_storage : require
 #endif
+#ifdef KILN_INT64
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#endif
+#include "../common/dtype_convert.glsl"
 #include "../common/indexing.glsl"
 
 layout(constant_id = 1) const uint kKind = 0;  // ReduceKind: sum, prod, max, min, all, any, mean
-layout(constant_id = 2) const bool kOutBool = false;
+layout(constant_id = 2) const uint kOutBytes = 0;  // 0: OUT_T, 1: bools, 2: the low byte
 
 #define KIND_SUM 0
 #define KIND_PROD 1
@@ -35,7 +49,7 @@ layout(constant_id = 2) const bool kOutBool = false;
 #define KIND_ANY 5
 #define KIND_MEAN 6
 
-#ifdef KILN_IN_BOOL
+#ifdef KILN_IN_BYTES
 layout(std430, set = 0, binding = 0) readonly buffer In { uint x_words[]; };
 #else
 layout(std430, set = 0, binding = 0) readonly buffer In { IN_T x[]; };
@@ -53,14 +67,18 @@ layout(push_constant) uniform Push {
   uint splits;
   uint chunk;
   uint threads_per_row;  // a power of two dividing kWorkgroupSize
-  float divisor;         // mean: the number of elements reduced
+  uint count;            // mean: the number of elements reduced
 } p;
 
 shared ACC_T partial[kWorkgroupSize];
 
 ACC_T load(uint i) {
-#ifdef KILN_IN_BOOL
+#if defined(KILN_IN_BYTES) && defined(KILN_IN_SIGNED)
+  return ACC_T(bitfieldExtract(int(x_words[i >> 2]), int(8u * (i & 3u)), 8));
+#elif defined(KILN_IN_BYTES)
   return ACC_T((x_words[i >> 2] >> (8u * (i & 3u))) & 0xFFu);
+#elif defined(KILN_IN_BF16)
+  return kiln_bfloat_to_float(uint(x[i]));
 #else
   return ACC_T(x[i]);
 #endif
@@ -68,9 +86,15 @@ ACC_T load(uint i) {
 
 ACC_T identity() {
   if (kKind == KIND_PROD || kKind == KIND_ALL) return ACC_T(1);
-#ifdef KILN_FLOAT
-  if (kKind == KIND_MAX) return uintBitsToFloat(0xFF800000u);  // -inf
-  if (kKind == KIND_MIN) return uintBitsToFloat(0x7F800000u);  // +inf
+#if defined(KILN_FLOAT)
+  if (kKind == KIND_MAX) return ACC_T(uintBitsToFloat(0xFF800000u));  // -inf
+  if (kKind == KIND_MIN) return ACC_T(uintBitsToFloat(0x7F800000u));  // +inf
+#elif defined(KILN_INT64)
+  if (kKind == KIND_MAX) return int64_t(0x8000000000000000ul);
+  if (kKind == KIND_MIN) return int64_t(0x7FFFFFFFFFFFFFFFl);
+#elif defined(KILN_UNSIGNED)
+  if (kKind == KIND_MAX) return 0u;
+  if (kKind == KIND_MIN) return 0xFFFFFFFFu;
 #else
   if (kKind == KIND_MAX) return ACC_T(0x80000000u);
   if (kKind == KIND_MIN) return ACC_T(0x7FFFFFFF);
@@ -92,13 +116,18 @@ ACC_T combine(ACC_T a, ACC_T b) {
 }
 
 void store(uint i, ACC_T v) {
-  if (kKind == KIND_MEAN) v = ACC_T(float(v) / p.divisor);
-  if (kOutBool) {
+  if (kKind == KIND_MEAN) v = v / ACC_T(p.count);
+  if (kOutBytes != 0u) {
     const uint shift = 8u * (i & 3u);
+    const uint byte = kOutBytes == 1u ? (v != ACC_T(0) ? 1u : 0u) : uint(v) & 0xFFu;
     atomicAnd(y_words[i >> 2], ~(0xFFu << shift));
-    atomicOr(y_words[i >> 2], (v != ACC_T(0) ? 1u : 0u) << shift);
+    atomicOr(y_words[i >> 2], byte << shift);
   } else {
+#ifdef KILN_OUT_BF16
+    y[i] = uint16_t(kiln_float_to_bfloat(v));
+#else
     y[i] = OUT_T(v);
+#endif
   }
 }
 

@@ -137,8 +137,15 @@ void check_scatter_kernel(GpuIndex& t, bool along_rows, uint32_t seed) {
   std::uniform_int_distribution<int64_t> index(-N, N - 1);
   std::vector<V> x(P * N), upd(P * J);
   std::vector<I> idx(P * J);
-  for (V& v : x) v = static_cast<V>(value(gen)) / V(4);
-  for (V& v : upd) v = static_cast<V>(value(gen)) / V(4);
+  // int64 values past 32 bits of either sign, so that the word-wise adds carry and borrow.
+  const auto draw = [&]() -> V {
+    if constexpr (std::is_same_v<V, int64_t>)
+      return static_cast<V>(value(gen)) * (int64_t{1} << 33) + value(gen);
+    if constexpr (std::is_same_v<V, uint32_t>) return static_cast<V>(value(gen)) * 80000000u;  // wraps
+    return static_cast<V>(value(gen)) / V(4);
+  };
+  for (V& v : x) v = draw();
+  for (V& v : upd) v = draw();
   for (I& i : idx) i = static_cast<I>(std::is_signed_v<I> ? index(gen) : (index(gen) + N) % N);
   idx[3] = static_cast<I>(N);  // out of range: dropped
   if constexpr (std::is_signed_v<I>) idx[17] = static_cast<I>(-N - 1);
@@ -149,7 +156,11 @@ void check_scatter_kernel(GpuIndex& t, bool along_rows, uint32_t seed) {
       k += k < 0 ? N : 0;
       if (k >= 0 && k < N) ref[p * N + k] += upd[p * J + j];
     }
-  const Dtype vt = std::is_same_v<V, float> ? float32 : int32;
+  const Dtype vt = std::is_same_v<V, float>      ? float32
+                   : std::is_same_v<V, double>   ? float64
+                   : std::is_same_v<V, int64_t>  ? int64
+                   : std::is_same_v<V, uint32_t> ? uint32
+                                                 : int32;
   const Dtype it = sizeof(I) == 8 ? int64 : std::is_signed_v<I> ? int32 : uint32;
   auto view = [&](const vk::BufferPtr& b, Dtype d, int64_t rows, int64_t cols) {
     vk::GpuView v = vk::GpuView::contiguous(b, d, {rows, cols});
@@ -167,7 +178,11 @@ void check_scatter_kernel(GpuIndex& t, bool along_rows, uint32_t seed) {
   for (int64_t p = 0; p < P; ++p)
     for (int64_t n = 0; n < N; ++n) {
       const V g = along_rows ? got[p * N + n] : got[n * P + p];
-      EXPECT_NEAR(static_cast<double>(g), static_cast<double>(ref[p * N + n]), 1e-5) << p << "," << n;
+      if constexpr (std::is_integral_v<V>) {
+        EXPECT_EQ(g, ref[p * N + n]) << p << "," << n;
+      } else {
+        EXPECT_NEAR(static_cast<double>(g), static_cast<double>(ref[p * N + n]), 1e-5) << p << "," << n;
+      }
     }
 }
 
@@ -178,7 +193,56 @@ TEST_F(GpuIndex, ScatterAddKernelAgainstALoop) {
     check_scatter_kernel<float, int64_t>(*this, along_rows, 2);
     check_scatter_kernel<float, uint32_t>(*this, along_rows, 3);
     check_scatter_kernel<int32_t, int64_t>(*this, along_rows, 4);
+    check_scatter_kernel<uint32_t, int32_t>(*this, along_rows, 5);
+    check_scatter_kernel<int64_t, int32_t>(*this, along_rows, 6);  // needs no shaderInt64
+    if (ctx().caps().float64) check_scatter_kernel<double, int64_t>(*this, along_rows, 7);
   }
+}
+
+// 8-byte values are moved as bits (no 64-bit device feature needed): float64 and int64 past 32
+// bits, every axis, both index widths, a transposed x.
+TEST_F(GpuIndex, TakeAlongAxisOf8ByteValues) {
+  const Array f = rand({4, 7, 5}, 30, float64);
+  const Array i = rand({4, 7, 5}, 31, int64, -3e15, 3e15);
+  for (const Array* x : {&f, &i})
+    for (int axis : {0, 1, 2})
+      for (Dtype t : {int32, int64}) {
+        Shape is = x->shape();
+        is[static_cast<size_t>(axis)] = 6;
+        const Array idx =
+            rand_index(is, 32 + static_cast<uint64_t>(axis), -x->shape(axis), x->shape(axis), t);
+        const std::string what = std::string(dtype_name(x->dtype())) + " axis " + std::to_string(axis) + " " +
+                                 std::string(dtype_name(t));
+        expect_same([&](StreamOrDevice s) { return take_along_axis(*x, idx, axis, s); }, what, 0);
+      }
+  expect_same(
+      [&](StreamOrDevice s) {
+        return take_along_axis(transpose(f, {2, 1, 0}, s), rand_index({5, 7, 3}, 35, 0, 4), 2, s);
+      },
+      "float64 transposed", 0);
+}
+
+// float64 scatter-add (take_along_axis's vjp) adds in double: within 1e-12 of the CPU.
+TEST_F(GpuIndex, Float64ScatterAddAndGradient) {
+  const Array base = rand({5, 4, 3}, 36, float64);
+  const Array idx = rand_index({5, 11, 3}, 37, -4, 4);
+  const Array upd = rand({5, 11, 3}, 38, float64);
+  if (!ctx().caps().float64) {
+    EXPECT_THROW(eval(scatter_along(base, idx, upd, 1, Device::gpu)), NotImplemented);
+    GTEST_SKIP() << "the device lacks shaderFloat64";
+  }
+  expect_same([&](StreamOrDevice s) { return scatter_along(base, idx, upd, 1, s); }, "float64 scatter",
+              1e-12);
+  const Array w = rand({5, 11, 3}, 39, float64);
+  const auto run = [&](Device d) {
+    return value_and_grad([&, d](const Array& a) {
+      return sum(multiply(take_along_axis(a, idx, 1, d), w, d), false, d);
+    })(base);
+  };
+  const auto [cv, cg] = run(Device::cpu);
+  const auto [gv, gg] = run(Device::gpu);
+  test::expect_close(gv, test::values(cv), 1e-12, 1e-12);
+  test::expect_close(gg, test::values(cg), 1e-12, 1e-12);
 }
 
 TEST_F(GpuIndex, IndicesComputedOnTheDevice) {

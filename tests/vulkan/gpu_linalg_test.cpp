@@ -151,5 +151,80 @@ TEST_F(GpuLinalg, RangeAndEyeMatchTheCpu) {
   EXPECT_EQ(arange(0.0, 0.0, 1.0, float32, Device::gpu).size(), 0);
 }
 
+TEST_F(GpuLinalg, Float64MatmulMatchesTheCpu) {
+  if (!ctx().caps().float64) {
+    const Array a = random_array({3, 4}, 40, float64), b = random_array({4, 2}, 41, float64);
+    EXPECT_THROW(eval(matmul(a, b, Device::gpu)), NotImplemented);
+    GTEST_SKIP() << "the device lacks shaderFloat64";
+  }
+  struct Case {
+    Shape a, b;
+  };
+  // Odd sizes, sizes past one 64-wide tile, K not a multiple of the kernel's step, batches (one
+  // broadcast), a vector product and an empty K.
+  for (const Case& c : {Case{{1, 1}, {1, 1}}, Case{{7, 13}, {13, 5}}, Case{{65, 130}, {130, 67}},
+                        Case{{3, 20, 17}, {3, 17, 9}}, Case{{2, 33, 8}, {8, 70}}, Case{{1, 300}, {300, 1}},
+                        Case{{4, 0}, {0, 6}}}) {
+    const Array a = random_array(c.a, 42, float64), b = random_array(c.b, 43, float64);
+    expect_close(matmul(a, b, Device::gpu), matmul(a, b, Device::cpu), 1e-13, 1e-13,
+                 "matmul " + shape_str(c.a) + " @ " + shape_str(c.b));
+  }
+  // Transposed operands, attention-layout views whose batch dims do not merge (copied first).
+  const Array at = transpose(random_array({31, 12}, 44, float64)), b = random_array({31, 10}, 45, float64);
+  expect_close(matmul(at, b, Device::gpu), matmul(at, b, Device::cpu), 1e-13, 1e-13, "transposed");
+  const Array q = swapaxes(random_array({2, 5, 3, 4}, 46, float64), 1, 2),
+              k = swapaxes(random_array({2, 5, 3, 4}, 47, float64), 1, 2);
+  const Array kt = swapaxes(k, -1, -2);
+  expect_close(matmul(q, kt, Device::gpu), matmul(q, kt, Device::cpu), 1e-13, 1e-13, "attention q @ k^T");
+}
+
+TEST_F(GpuLinalg, Float64LinearAddmmAndGradientsMatchTheCpu) {
+  if (!ctx().caps().float64) GTEST_SKIP() << "the device lacks shaderFloat64";
+  const Array x = random_array({2, 9, 23}, 50, float64), w = random_array({70, 23}, 51, float64),
+              bias = random_array({70}, 52, float64);
+  expect_close(linear(x, w, bias, Device::gpu), linear(x, w, bias, Device::cpu), 1e-13, 1e-13, "linear");
+  expect_close(linear(x, w, Array(), Device::gpu), linear(x, w, Array(), Device::cpu), 1e-13, 1e-13,
+               "linear without bias");
+  // alpha and beta exact in float32: the facade passes them as float (gpu.h).
+  const Array a = random_array({3, 20, 11}, 53, float64), b = random_array({3, 11, 14}, 54, float64);
+  for (const Shape& cs : std::vector<Shape>{{3, 20, 14}, {14}, {20, 1}})
+    expect_close(addmm(random_array(cs, 55, float64), a, b, 0.75, -1.5, Device::gpu),
+                 addmm(random_array(cs, 55, float64), a, b, 0.75, -1.5, Device::cpu), 1e-13, 1e-13,
+                 "addmm c " + shape_str(cs));
+  // Gradients through vjp with a given cotangent: every step a GEMM or an elementwise kernel (the
+  // bias's gradient, a float64 Sum, is the reductions' to test).
+  auto f = [](Device d) {
+    return [d](const std::vector<Array>& in) -> std::vector<Array> {
+      return {matmul(tanh(linear(in[0], in[1], Array(), d), d), in[2], d)};
+    };
+  };
+  const std::vector<Array> primals{random_array({9, 31}, 56, float64), random_array({12, 31}, 57, float64),
+                                   random_array({12, 5}, 58, float64)};
+  const std::vector<Array> ct{random_array({9, 5}, 59, float64)};
+  const auto g = vjp(f(Device::gpu), primals, ct).second;
+  const auto c = vjp(f(Device::cpu), primals, ct).second;
+  ASSERT_EQ(g.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) expect_close(g[i], c[i], 1e-12, 1e-12, "gradient " + std::to_string(i));
+}
+
+TEST_F(GpuLinalg, MatmulOfNegativeStrideViews) {
+  // Flipped views (negative strides) are copied to dense temporaries before the GEMM.
+  std::vector<Dtype> dtypes{float32};
+  if (ctx().caps().float64) dtypes.push_back(float64);
+  for (Dtype t : dtypes) {
+    const double tol = t == float32 ? 1e-5 : 1e-13;
+    const Array a = slice(random_array({6, 9}, 60, t), {Slice{std::nullopt, std::nullopt, -1}});
+    const Array b = slice(random_array({9, 4}, 61, t), {Slice{}, Slice{std::nullopt, std::nullopt, -1}});
+    const Array c = slice(random_array({6, 4}, 62, t), {Slice{std::nullopt, std::nullopt, -1}});
+    const std::string what(dtype_name(t));
+    expect_close(matmul(a, b, Device::gpu), matmul(a, b, Device::cpu), tol, tol, what + " flipped operands");
+    expect_close(addmm(c, a, b, 1.0, 1.0, Device::gpu), addmm(c, a, b, 1.0, 1.0, Device::cpu), tol, tol,
+                 what + " flipped addend");
+    const Array batched = slice(random_array({3, 6, 9}, 63, t), {Slice{std::nullopt, std::nullopt, -1}});
+    expect_close(matmul(batched, b, Device::gpu), matmul(batched, b, Device::cpu), tol, tol,
+                 what + " flipped batch");
+  }
+}
+
 }  // namespace
 }  // namespace kiln

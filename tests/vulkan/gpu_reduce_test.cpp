@@ -241,38 +241,205 @@ TEST_F(GpuReduce, EmptyReductionsGiveTheIdentity) {
   }
 }
 
-TEST_F(GpuReduce, UnsupportedDtypesThrowNotImplemented) {
-  const Array x = rand({4, 5}, 24, float64);
-  try {
-    eval(sum(x, Axes{1}, false, Device::gpu));
-    FAIL() << "expected NotImplemented";
-  } catch (const NotImplemented& e) {
-    EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("Sum"), std::string::npos) << e.what();
+// float64 accumulates in double: sums of positive values (no cancellation) within 1e-12 of the
+// CPU's pairwise sums, long rows through the two-pass split too.
+TEST_F(GpuReduce, Float64EveryKind) {
+  if (!ctx().caps().float64) GTEST_SKIP() << "the device lacks shaderFloat64 (MissingFeatures covers it)";
+  const Array pos = rand({5, 7, 33}, 40, float64, 0.5, 1.5);
+  const Array mixed = rand({5, 7, 33}, 41, float64);
+  for (const Kind& k : kKinds)
+    for (const Axes& axes : kAxisSets)
+      for (bool keep : {false, true}) {
+        expect_same([&](StreamOrDevice s) { return k.fn(pos, axes, keep, s); }, 1e-12, 0,
+                    label(k.name, float64, axes, keep));
+        if (std::string(k.name) != "prod")
+          expect_same([&](StreamOrDevice s) { return k.fn(mixed, axes, keep, s); }, 1e-12, 1e-13,
+                      label(k.name, float64, axes, keep) + " mixed signs");
+      }
+  expect_same(
+      [&](StreamOrDevice s) {
+        return sum(transpose(mixed, {2, 0, 1}, s), Axes{0, 2}, false, s);
+      },
+      1e-12, 1e-13, "float64 transposed");
+  const Array row = rand({3, 150001}, 42, float64, 0.0, 1.0);
+  for (const Kind& k : kKinds) {
+    if (std::string(k.name) == "prod") continue;
+    expect_same([&](StreamOrDevice s) { return k.fn(row, Axes{1}, false, s); }, 1e-12, 0,
+                label(k.name, float64, {1}, false) + " long rows");
   }
-  EXPECT_THROW(eval(argmax(rand({4, 5}, 25, uint8, 0, 200), 1, false, Device::gpu)), NotImplemented);
+  for (bool is_max : {true, false})
+    for (int axis : {0, 1}) {
+      const Array ties = floor(rand({37, 300}, 43, float64, 0, 4));
+      expect_same(
+          [&](StreamOrDevice s) {
+            return is_max ? argmax(ties, axis, false, s) : argmin(ties, axis, false, s);
+          },
+          0, 0, std::string(is_max ? "argmax" : "argmin") + " float64 ties, axis " + std::to_string(axis));
+    }
+  // NaNs win max/min and the arg reductions, as on the CPU.
+  std::vector<double> v = test::values(rand({4, 9}, 44, float64));
+  v[2] = v[9 + 8] = std::numeric_limits<double>::quiet_NaN();
+  const Array nans(v, {4, 9});
+  for (int axis : {0, 1}) {
+    expect_same([&](StreamOrDevice s) { return max(nans, Axes{axis}, false, s); }, 0, 0, "float64 max NaN");
+    expect_same([&](StreamOrDevice s) { return argmin(nans, axis, false, s); }, 0, 0, "float64 argmin NaN");
+  }
+}
+
+TEST_F(GpuReduce, Int64AndUint32) {
+  const Array u = rand({6, 5, 19}, 45, uint32, 0, 4e9);
+  for (const Kind& k : kKinds)
+    if (std::string(k.name) != "mean")  // mean takes float inputs only, as on the CPU
+      for (const Axes& axes : kAxisSets)
+        expect_same([&](StreamOrDevice s) { return k.fn(u, axes, false, s); }, 0, 0,
+                    label(k.name, uint32, axes, false));
+  for (bool is_max : {true, false})
+    expect_same([&](StreamOrDevice s) { return is_max ? argmax(u, 2, false, s) : argmin(u, 0, false, s); }, 0,
+                0, "uint32 arg reductions");
+  if (!ctx().caps().int64) GTEST_SKIP() << "the device lacks shaderInt64 (MissingFeatures covers it)";
+  const Array i = rand({6, 5, 19}, 46, int64, -3e12, 3e12);  // sums and extremes past 32 bits
+  const Array small = rand({6, 5, 19}, 47, int64, -3, 4);    // products that stay exact
+  for (const Kind& k : kKinds)
+    if (std::string(k.name) != "mean")
+      for (const Axes& axes : kAxisSets) {
+        const Array& x = std::string(k.name) == "prod" ? small : i;
+        expect_same([&](StreamOrDevice s) { return k.fn(x, axes, true, s); }, 0, 0,
+                    label(k.name, int64, axes, true));
+      }
+  expect_same(
+      [&](StreamOrDevice s) {
+        return sum(rand({2, 100003}, 48, int64, -1e13, 1e13), Axes{1}, false, s);
+      },
+      0, 0, "int64 long rows");
+  for (bool is_max : {true, false})
+    for (int axis : {0, 2})
+      expect_same(
+          [&](StreamOrDevice s) {
+            return is_max ? argmax(small, axis, false, s) : argmin(small, axis, false, s);
+          },
+          0, 0, "int64 arg reductions with ties");
+}
+
+// int8 and uint8 are read as bytes (strided columns in place, other layouts widened to int32);
+// sums go to int32 / uint32, max/min write bytes.
+TEST_F(GpuReduce, ByteDtypes) {
+  for (Dtype t : {int8, uint8}) {
+    const Array x = t == int8 ? rand({7, 6, 9}, 49, int8, -128, 127) : rand({7, 6, 9}, 50, uint8, 0, 255);
+    for (const Kind& k : kKinds) {
+      if (std::string(k.name) == "mean") continue;
+      for (const Axes& axes : kAxisSets)
+        for (bool keep : {false, true})
+          expect_same([&](StreamOrDevice s) { return k.fn(x, axes, keep, s); }, 0, 0,
+                      label(k.name, t, axes, keep));
+      expect_same(
+          [&](StreamOrDevice s) {
+            return k.fn(transpose(x, {2, 0, 1}, s), Axes{0, 2}, false, s);
+          },
+          0, 0, label(k.name, t, {0, 2}, false) + " transposed");
+      expect_same(
+          [&](StreamOrDevice s) {
+            return k.fn(transpose(x, {2, 1, 0}, s), Axes{2}, false, s);
+          },
+          0, 0, label(k.name, t, {2}, false) + " strided columns");
+    }
+    for (bool is_max : {true, false})
+      for (int axis : {0, 1, 2})
+        expect_same(
+            [&](StreamOrDevice s) { return is_max ? argmax(x, axis, false, s) : argmin(x, axis, false, s); },
+            0, 0, std::string(dtype_name(t)) + " arg reduction, axis " + std::to_string(axis));
+    expect_same(
+        [&](StreamOrDevice s) {
+          return argmax(transpose(x, {1, 2, 0}, s), 0, false, s);
+        },
+        0, 0, std::string(dtype_name(t)) + " argmax transposed");
+    const Array row =
+        t == int8 ? rand({2, 100001}, 51, int8, -128, 127) : rand({2, 100001}, 52, uint8, 0, 255);
+    for (const char* name : {"sum", "max", "min"})
+      for (const Kind& k : kKinds)
+        if (std::string(k.name) == name)
+          expect_same([&](StreamOrDevice s) { return k.fn(row, Axes{1}, false, s); }, 0, 0,
+                      label(name, t, {1}, false) + " long rows");
+  }
+  const Array b = rand_bool({40, 33}, 53);
+  for (int axis : {0, 1})
+    expect_same([&](StreamOrDevice s) { return argmin(b, axis, false, s); }, 0, 0, "bool argmin");
+}
+
+// bfloat16 accumulates in float32 and rounds once to bfloat16, as the CPU does.
+TEST_F(GpuReduce, Bfloat16AccumulatesInFloat32) {
+  if (!storage16()) GTEST_SKIP() << "the device lacks 16-bit storage buffers";
+  const Array x = rand({6, 9, 33}, 54, bfloat16, 0.5, 1.5);
+  for (const Kind& k : kKinds)
+    for (const Axes& axes : std::vector<Axes>{{2}, {0, 1}, {1}})
+      for (bool keep : {false, true})
+        expect_same([&](StreamOrDevice s) { return k.fn(x, axes, keep, s); }, 1e-2, 1e-2,
+                    label(k.name, bfloat16, axes, keep));
+  const Array row = rand({2, 100000}, 55, bfloat16, 0.0, 1.0);
+  expect_same([&](StreamOrDevice s) { return sum(row, Axes{1}, false, s); }, 1e-2, 0, "bfloat16 long sum");
+  expect_same([&](StreamOrDevice s) { return mean(row, Axes{1}, false, s); }, 1e-2, 0, "bfloat16 long mean");
+  expect_same([&](StreamOrDevice s) { return max(row, Axes{1}, false, s); }, 0, 0, "bfloat16 long max");
+  for (int axis : {0, 1})
+    expect_same(
+        [&](StreamOrDevice s) {
+          return argmax(floor(rand({30, 40}, 56, bfloat16, 0, 4)), axis, false, s);
+        },
+        0, 0, "bfloat16 argmax with ties");
+}
+
+// On a device without shaderFloat64 / shaderInt64 the 64-bit reductions say which feature is
+// missing; lavapipe has both, so this runs on hardware that lacks them.
+TEST_F(GpuReduce, MissingFeaturesThrowNotImplemented) {
+  const auto expect_missing = [](const std::function<Array()>& fn, const char* feature) {
+    try {
+      eval(fn());
+      FAIL() << "expected NotImplemented naming " << feature;
+    } catch (const NotImplemented& e) {
+      EXPECT_NE(std::string(e.what()).find(feature), std::string::npos) << e.what();
+    }
+  };
+  const bool f64 = ctx().caps().float64, i64 = ctx().caps().int64;
+  if (f64 && i64) GTEST_SKIP() << "the device has shaderFloat64 and shaderInt64";
+  if (!f64) {
+    expect_missing(
+        [] {
+          return sum(rand({4, 5}, 24, float64), Axes{1}, false, Device::gpu);
+        },
+        "shaderFloat64");
+    expect_missing([] { return argmax(rand({4, 5}, 25, float64), 1, false, Device::gpu); }, "shaderFloat64");
+  }
+  if (!i64)
+    expect_missing(
+        [] {
+          return max(rand({4, 5}, 26, int64, -9, 9), Axes{0}, false, Device::gpu);
+        },
+        "shaderInt64");
 }
 
 TEST_F(GpuReduce, GradientsThroughGpuReductionsMatchTheCpu) {
-  const Array x = rand({6, 11}, 26);
-  for (const Kind& k : kKinds) {
-    const std::string name = k.name;
-    if (name == "all" || name == "any") continue;
-    const auto loss = [&](Device d) {
-      return value_and_grad([&, d](const Array& a) { return sum(k.fn(a, Axes{1}, false, d), false, d); })(x);
-    };
-    SCOPED_TRACE(name);
-    try {
-      const auto [gv, gg] = loss(Device::gpu);
-      const auto [cv, cg] = loss(Device::cpu);
-      test::expect_close(gv, test::values(cv), 1e-5, 1e-5);
-      test::expect_close(gg, test::values(cg), 1e-5, 1e-5);
-    } catch (const Error& e) {
-      // The vjps of prod, max and min need kernels not written yet (cumprod, equal, ...); the
-      // base eval_gpu throws NotImplemented naming them.
-      const std::string msg = e.what();
-      if (name == "sum" || name == "mean" || msg.find("GPU") == std::string::npos) throw;
-      std::cout << "[ note ] gradient of " << name << " not all on the GPU yet: " << msg << "\n";
+  for (Dtype t : {float32, float64}) {
+    if (t == float64 && !ctx().caps().float64) continue;
+    const Array x = rand({6, 11}, 26, t);
+    const double tol = t == float64 ? 1e-12 : 1e-5;
+    for (const Kind& k : kKinds) {
+      const std::string name = k.name;
+      if (name == "all" || name == "any") continue;
+      const auto loss = [&](Device d) {
+        return value_and_grad([&, d](const Array& a) { return sum(k.fn(a, Axes{1}, false, d), false, d); })(
+            x);
+      };
+      SCOPED_TRACE(name + " " + std::string(dtype_name(t)));
+      try {
+        const auto [gv, gg] = loss(Device::gpu);
+        const auto [cv, cg] = loss(Device::cpu);
+        test::expect_close(gv, test::values(cv), tol, tol);
+        test::expect_close(gg, test::values(cg), tol, tol);
+      } catch (const Error& e) {
+        // The vjps of prod, max and min need kernels not written yet (cumprod, equal, ...); the
+        // base eval_gpu throws NotImplemented naming them.
+        const std::string msg = e.what();
+        if (name == "sum" || name == "mean" || msg.find("GPU") == std::string::npos) throw;
+        std::cout << "[ note ] gradient of " << name << " not all on the GPU yet: " << msg << "\n";
+      }
     }
   }
 }

@@ -166,10 +166,27 @@ void matmul(const Array& a, const Array& b, Array& out, const Array* addend, flo
   Shape as(s.begin(), s.end() - 2), bs = as;
   as.insert(as.end(), {s[batch], k});
   bs.insert(bs.end(), {k, s[batch + 1]});
+  // The GEMM takes no negative strides (flipped views), and record_copy moves no 8-byte elements:
+  // such operands, and float64 ones whose batch dims do not merge, go through a row-major
+  // temporary written by the generated copy kernel first.
+  auto operand = [&](const Array& x, const Shape& shape) {
+    vk::GpuView v = broadcast_view(x, shape);
+    const bool negative = std::ranges::any_of(v.strides, [](int64_t st) { return st < 0; });
+    if (vk::numel(v.shape) == 0) {  // nothing is read: any strides do
+      v = vk::GpuView::contiguous(v.buffer, v.dtype, v.shape);
+    } else if (negative || (size_of(v.dtype) == 8 && batch > 1 && !vk::merged_stride(v, 0, batch))) {
+      vk::GpuView dense =
+          vk::GpuView::contiguous(vk::context().allocator().allocate(static_cast<size_t>(vk::numel(v.shape)) *
+                                                                     static_cast<size_t>(size_of(v.dtype))),
+                                  v.dtype, v.shape);
+      record_generated("x0", v.dtype, {&v, 1}, dense);
+      v = std::move(dense);
+    }
+    return merge_leading_or_copy(std::move(v), batch, "matmul");
+  };
   std::optional<vk::GpuView> d;
-  if (addend && beta != 0.0f) d = merge_leading_or_copy(broadcast_view(*addend, s), batch, "matmul");
-  vk::record_matmul(vk::thread_recorder(), merge_leading_or_copy(broadcast_view(a, as), batch, "matmul"),
-                    merge_leading_or_copy(broadcast_view(b, bs), batch, "matmul"),
+  if (addend && beta != 0.0f) d = operand(*addend, s);
+  vk::record_matmul(vk::thread_recorder(), operand(a, as), operand(b, bs),
                     merge_leading(vk::array_out_view(out, s), batch, "matmul"), d ? &*d : nullptr, alpha,
                     d ? beta : 0.0f);
 }

@@ -94,6 +94,23 @@ void check_off_axis(const GpuView& a, const GpuView& b, int axis, const char* op
     throw ShapeError::of(op, "shapes differ off the axis", "{} and {} along axis {}", a.shape, b.shape, axis);
 }
 
+// The scatter_add_along_axis.comp variant adding values of dtype t (uint32 adds as int32 does).
+const char* scatter_add_variant(Dtype t, const char* op) {
+  switch (t) {
+    case float32:
+      return "scatter_add_along_axis_f32";
+    case float64:
+      return "scatter_add_along_axis_f64";
+    case int32:
+    case uint32:
+      return "scatter_add_along_axis_i32";
+    case int64:
+      return "scatter_add_along_axis_i64";
+    default:
+      throw NotImplemented::of(op, "no GPU kernel for this dtype", "{}", dtype_name(t));
+  }
+}
+
 }  // namespace
 
 void record_take_along_axis(Recorder& r, const GpuView& x, const GpuView& idx, int axis, const GpuView& out) {
@@ -107,7 +124,8 @@ void record_take_along_axis(Recorder& r, const GpuView& x, const GpuView& idx, i
   if (out.dtype != x.dtype) throw ValueError::of(op, "output dtype differs", "{}", dtype_name(out.dtype));
   const uint32_t itype = index_type(idx.dtype, op);
   Context& ctx = r.context();
-  const char* shader = size_of(x.dtype) == 4   ? "take_along_axis_u32"
+  const char* shader = size_of(x.dtype) == 8   ? "take_along_axis_u64"
+                       : size_of(x.dtype) == 4 ? "take_along_axis_u32"
                        : size_of(x.dtype) == 2 ? "take_along_axis_u16"
                                                : nullptr;
   if (!shader) throw NotImplemented::of(op, "no GPU kernel for this dtype", "{}", dtype_name(x.dtype));
@@ -155,10 +173,10 @@ void record_scatter_add_along_axis(Recorder& r, const GpuView& x, const GpuView&
   if (out.dtype != x.dtype || upd.dtype != x.dtype)
     throw ValueError::of(op, "dtypes differ", "{}, {} into {}", dtype_name(x.dtype), dtype_name(upd.dtype),
                          dtype_name(out.dtype));
-  const char* shader = x.dtype == float32 ? "scatter_add_along_axis_f32"
-                       : x.dtype == int32 ? "scatter_add_along_axis_i32"
-                                          : nullptr;
-  if (!shader) throw NotImplemented::of(op, "no GPU kernel for this dtype", "{}", dtype_name(x.dtype));
+  const char* shader = scatter_add_variant(x.dtype, op);
+  if (x.dtype == float64 && !r.context().caps().float64)
+    throw NotImplemented::of(op, "float64 needs the device feature shaderFloat64", "{} lacks it",
+                             r.context().caps().name);
   const uint32_t itype = index_type(idx.dtype, op);
   const int64_t total = numel(x.shape);
   if (total == 0) return;

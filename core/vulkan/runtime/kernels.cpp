@@ -146,15 +146,20 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   check_view(c, op);
   if (d) {
     check_view(*d, op);
-    if (d->dtype != float32 || d->shape != c.shape)
+    if (d->dtype != c.dtype || d->shape != c.shape)
       throw ShapeError::of(op, "the addend must have the output's shape and dtype", "{} {} for {}",
                            dtype_name(d->dtype), d->shape, c.shape);
   } else if (beta != 0.0f) {
     throw ValueError::of(op, "beta without an addend", "beta {}", beta);
   }
-  if (a.dtype != float32 || b.dtype != float32 || c.dtype != float32)
-    throw NotImplemented::of(op, "only float32 on the GPU so far", "{}, {}", dtype_name(a.dtype),
-                             dtype_name(b.dtype));
+  if (a.dtype != b.dtype || a.dtype != c.dtype)
+    throw ValueError::of(op, "operands' dtypes differ", "{} @ {} -> {}", dtype_name(a.dtype),
+                         dtype_name(b.dtype), dtype_name(c.dtype));
+  if (a.dtype != float32 && a.dtype != float64)
+    throw NotImplemented::of(op, "only float32 and float64 on the GPU so far", "{}", dtype_name(a.dtype));
+  const bool f64 = a.dtype == float64;
+  if (f64 && !r.context().caps().float64)
+    throw NotImplemented::of(op, "the device lacks float64 (shaderFloat64)", "{}", r.context().caps().name);
   const size_t rank = c.shape.size();
   if (rank < 2 || rank > 3 || a.shape.size() != rank || b.shape.size() != rank)
     throw ShapeError::of(op, "operands must be [M,K] @ [K,N] or [B,M,K] @ [B,K,N]", "{} @ {} -> {}", a.shape,
@@ -174,8 +179,9 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   if (ctx.caps().max_workgroup_invocations < 256)
     throw NotImplemented::of(op, "the matmul kernel needs 256 invocations per workgroup", "{}",
                              ctx.caps().name);
-  // 128x128 tiles once there are enough of them to fill a large GPU; 64x64 otherwise.
-  const bool big = m >= 512 && n >= 512;
+  // 128x128 tiles once there are enough of them to fill a large GPU; 64x64 otherwise (and always
+  // for float64, whose kernel has only those).
+  const bool big = !f64 && m >= 512 && n >= 512;
   const int64_t tile = big ? 128 : 64;
   auto u = [](int64_t x) { return static_cast<uint32_t>(x); };
   const MatmulPush p{u(m),
@@ -202,7 +208,10 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   if (groups.x > ctx.caps().max_workgroup_count[0] || groups.y > ctx.caps().max_workgroup_count[1] ||
       groups.z > ctx.caps().max_workgroup_count[2])
     throw NotImplemented::of(op, "too many tiles for one dispatch", "{} @ {}", a.shape, b.shape);
-  r.dispatch(builtin_shader(big ? "matmul_f32_t128" : "matmul_f32_t64"), {},
+  r.dispatch(builtin_shader(f64   ? "matmul_f64"
+                            : big ? "matmul_f32_t128"
+                                  : "matmul_f32_t64"),
+             {},
              {{a.buffer, Access::read},
               {b.buffer, Access::read},
               {c.buffer, Access::write},

@@ -12,7 +12,18 @@ namespace kiln::gpu {
 namespace vk = kiln::detail::vk;
 namespace {
 
-// x with `axes` last, as a [rows, cols] view with dense columns (copied when it is not one; bools
+// An 8-byte view as uint32 words (a trailing dim of 2): record_copy moves 4-byte words only.
+vk::GpuView as_words(const vk::GpuView& v) {
+  vk::GpuView w = v;
+  w.dtype = uint32;
+  for (int64_t& s : w.strides) s *= 2;
+  w.shape.push_back(2);
+  w.strides.push_back(1);
+  w.offset *= 2;
+  return w;
+}
+
+// x with `axes` last, as a [rows, cols] view with dense columns (copied when it is not one; bytes
 // may keep strided columns, and are widened to int32 when they need a copy).
 vk::GpuView as_rows(vk::Recorder& r, const Array& x, std::span<const int> axes) {
   vk::GpuView v = vk::move_axes_to_end(vk::array_view(x), axes);
@@ -21,19 +32,20 @@ vk::GpuView as_rows(vk::Recorder& r, const Array& x, std::span<const int> axes) 
                 cols = vk::shape_product(v.shape, kept, v.shape.size());
   std::optional<int64_t> row_stride = vk::merged_stride(v, 0, kept);
   std::optional<int64_t> col_stride = vk::merged_stride(v, kept, v.shape.size());
-  // The kernel reads bools (which record_copy cannot move) with any column stride, so they are
+  // The kernels read bytes (which record_copy cannot move) with any column stride, so they are
   // widened only when the axes do not merge; other dtypes get dense columns for coalesced loads.
   const bool bytes = size_of(x.dtype()) == 1;
   const bool cols_ok = cols <= 1 || (col_stride && (*col_stride == 1 || (bytes && *col_stride > 0)));
   if (x.size() > 0 && (!row_stride || *row_stride < 0 || !cols_ok)) {
-    if (bytes && x.dtype() != bool_)
-      throw NotImplemented::of("reduce", "no GPU kernel for this dtype", "{}", dtype_name(x.dtype()));
-    // Bools are widened to int32, which the kernels reduce to the same values.
+    // Bytes are widened to int32 (sign-extended for int8), which the kernels reduce to the same
+    // values.
+    const Dtype dense_t = bytes ? int32 : x.dtype();
     vk::GpuView dense = vk::GpuView::contiguous(
-        r.context().allocator().allocate(static_cast<size_t>(std::max<int64_t>(x.size(), 1)) * 4),
-        bytes ? int32 : x.dtype(), v.shape);
+        r.context().allocator().allocate(static_cast<size_t>(x.size()) * size_of(dense_t)), dense_t, v.shape);
     if (bytes) {
-      vk::record_widen_bool(r, v, dense);
+      vk::record_widen_bytes(r, v, dense);
+    } else if (size_of(x.dtype()) == 8) {
+      vk::record_copy(r, as_words(v), as_words(dense));
     } else {
       vk::record_copy(r, v, dense);
     }

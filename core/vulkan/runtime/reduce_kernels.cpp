@@ -14,8 +14,7 @@ namespace kiln::detail::vk {
 namespace {
 
 struct ReducePush {
-  uint32_t rows, cols, row_stride, col_stride, in_offset, out_offset, splits, chunk, threads_per_row;
-  float divisor;
+  uint32_t rows, cols, row_stride, col_stride, in_offset, out_offset, splits, chunk, threads_per_row, count;
 };
 struct WidenPush {
   uint32_t n, rank, src_offset;
@@ -23,7 +22,7 @@ struct WidenPush {
   std::array<int32_t, kMaxStridedRank> strides;
 };
 struct ArgReducePush {
-  uint32_t rows, cols, row_stride, in_offset, out_offset, threads_per_row;
+  uint32_t rows, cols, row_stride, col_stride, in_offset, out_offset, threads_per_row;
 };
 
 // Rows at least this long are split into chunks when there are too few rows to fill the device:
@@ -61,20 +60,72 @@ int64_t check_rows(const GpuView& x, const GpuView& out, const char* op, bool st
   return x.shape[0] > 1 ? x.strides[0] : x.shape[1];
 }
 
-void need_storage16(const Context& ctx, Dtype t, const char* op) {
-  if (size_of(t) == 2 && !ctx.caps().storage16)
+// Throws unless the device has what the kernels for t need (16-bit storage, shaderFloat64,
+// shaderInt64).
+void need_features(const Context& ctx, Dtype t, const char* op) {
+  const DeviceCaps& c = ctx.caps();
+  if (size_of(t) == 2 && !c.storage16)
     throw NotImplemented::of(op, "the device lacks 16-bit storage buffers", "{} on {}", dtype_name(t),
-                             ctx.caps().name);
+                             c.name);
+  if (t == float64 && !c.float64)
+    throw NotImplemented::of(op, "float64 needs the device feature shaderFloat64", "{} lacks it", c.name);
+  if (t == int64 && !c.int64)
+    throw NotImplemented::of(op, "int64 needs the device feature shaderInt64", "{} lacks it", c.name);
+}
+
+// The variants of reduce_rows.comp for an input dtype: the single pass, and the first and second
+// pass of a split whose partials have dtype `partial`.
+struct ReduceVariants {
+  const char *single, *first, *second;
+  Dtype partial;
+};
+
+ReduceVariants reduce_variants(Dtype in_t, bool out_bool, const char* op) {
+  switch (in_t) {
+    case float32:
+      return {"reduce_rows_f32", "reduce_rows_f32", "reduce_rows_f32", float32};
+    case float64:
+      return {"reduce_rows_f64", "reduce_rows_f64", "reduce_rows_f64", float64};
+    case float16:
+      return {"reduce_rows_f16", "reduce_rows_f16_f32", out_bool ? "reduce_rows_f32" : "reduce_rows_f32_f16",
+              float32};
+    case bfloat16:
+      return {"reduce_rows_bf16", "reduce_rows_bf16_f32",
+              out_bool ? "reduce_rows_f32" : "reduce_rows_f32_bf16", float32};
+    case int32:
+      return {"reduce_rows_i32", "reduce_rows_i32", "reduce_rows_i32", int32};
+    case uint32:
+      return {"reduce_rows_u32", "reduce_rows_u32", "reduce_rows_u32", uint32};
+    case int64:
+      return {"reduce_rows_i64", "reduce_rows_i64", "reduce_rows_i64", int64};
+    case bool_:
+    case uint8:
+      return {"reduce_rows_b8_i32", "reduce_rows_b8_i32", "reduce_rows_i32", int32};
+    case int8:
+      return {"reduce_rows_s8_i32", "reduce_rows_s8_i32", "reduce_rows_i32", int32};
+    default:
+      throw NotImplemented::of(op, "no GPU reduction kernel for this dtype", "{}", dtype_name(in_t));
+  }
+}
+
+// Whether out_t is what reduce_rows writes for `kind` of int32 values widened from bytes
+// (record_widen_bytes): the byte dtype itself for max/min, uint32 for sum/prod of uint8 (the same
+// bits as the int32 result).
+bool widened_out(ReduceKind kind, Dtype out_t) {
+  if (kind == ReduceKind::max || kind == ReduceKind::min)
+    return out_t == bool_ || out_t == uint8 || out_t == int8;
+  return (kind == ReduceKind::sum || kind == ReduceKind::prod) && out_t == uint32;
 }
 
 // One pass of reduce_rows.comp.
-void dispatch_reduce(Recorder& r, const char* shader, ReduceKind kind, bool out_bool, const BufferPtr& in,
-                     const BufferPtr& out, const ReducePush& p, int64_t logical_rows, int64_t cols) {
+void dispatch_reduce(Recorder& r, const char* shader, ReduceKind kind, uint32_t out_bytes,
+                     const BufferPtr& in, const BufferPtr& out, const ReducePush& p, int64_t logical_rows,
+                     int64_t cols) {
   const Context& ctx = r.context();
   const Layout l = layout(ctx, cols);
   ReducePush push = p;
   push.threads_per_row = l.tpr;
-  r.dispatch(builtin_shader(shader), {l.wg, static_cast<uint32_t>(kind), out_bool ? 1u : 0u},
+  r.dispatch(builtin_shader(shader), {l.wg, static_cast<uint32_t>(kind), out_bytes},
              {{in, Access::read}, {out, Access::write}}, push, groups_for(ctx, logical_rows, l));
 }
 
@@ -82,75 +133,50 @@ void dispatch_reduce(Recorder& r, const char* shader, ReduceKind kind, bool out_
 
 void record_reduce_rows(Recorder& r, ReduceKind kind, const GpuView& x, const GpuView& out) {
   constexpr const char* op = "gpu reduce";
-  const int64_t row_stride = check_rows(x, out, op, x.dtype == bool_);
+  const int64_t row_stride = check_rows(x, out, op, size_of(x.dtype) == 1);
   const int64_t col_stride = x.shape[1] > 1 ? x.strides[1] : 1;
   const Dtype in_t = x.dtype;
-  const bool widened =
-      in_t == int32 && out.dtype == bool_ && (kind == ReduceKind::max || kind == ReduceKind::min);
-  if (out.dtype != reduce_out_dtype(kind, in_t) && !widened)
+  if (out.dtype != reduce_out_dtype(kind, in_t) && !(in_t == int32 && widened_out(kind, out.dtype)))
     throw ValueError::of(op, "wrong output dtype", "{} for {} of {}", dtype_name(out.dtype),
                          static_cast<int>(kind), dtype_name(in_t));
   if (kind == ReduceKind::mean && !is_floating(in_t))
     throw NotImplemented::of(op, "mean takes float inputs only", "{}", dtype_name(in_t));
+  // Byte outputs are written through atomics on words: bools as 0/1, int8/uint8 as the low byte.
   const bool out_bool = out.dtype == bool_;
-  // The single-pass variant, and the first and second pass of a split (partials in float32 for
-  // float inputs, int32 otherwise).
-  const char *single = nullptr, *first = nullptr, *second = nullptr;
-  Dtype partial_t = float32;
-  switch (in_t) {
-    case float32:
-      single = first = second = "reduce_rows_f32";
-      break;
-    case float16:
-      single = "reduce_rows_f16";
-      first = "reduce_rows_f16_f32";
-      second = out_bool ? "reduce_rows_f32" : "reduce_rows_f32_f16";
-      break;
-    case int32:
-      single = first = second = "reduce_rows_i32";
-      partial_t = int32;
-      break;
-    case bool_:
-      single = first = "reduce_rows_b8_i32";
-      second = "reduce_rows_i32";
-      partial_t = int32;
-      break;
-    default:
-      throw NotImplemented::of(op, "no GPU reduction kernel for this dtype", "{}", dtype_name(in_t));
-  }
+  const uint32_t out_bytes = out_bool ? 1u : size_of(out.dtype) == 1 ? 2u : 0u;
+  const ReduceVariants v = reduce_variants(in_t, out_bool, op);
   Context& ctx = r.context();
-  need_storage16(ctx, in_t, op);
+  need_features(ctx, in_t, op);
   const int64_t rows = x.shape[0], cols = x.shape[1];
   if (rows == 0) return;
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
-  const float divisor = static_cast<float>(cols);
   if (cols < kSplitCols || rows >= kSplitMaxRows) {
     dispatch_reduce(
-        r, single, kind, out_bool, x.buffer, out.buffer,
-        {u(rows), u(cols), u(row_stride), u(col_stride), u(x.offset), u(out.offset), 1, u(cols), 0, divisor},
+        r, v.single, kind, out_bytes, x.buffer, out.buffer,
+        {u(rows), u(cols), u(row_stride), u(col_stride), u(x.offset), u(out.offset), 1, u(cols), 0, u(cols)},
         rows, cols);
     return;
   }
   const int64_t splits = (cols + kChunk - 1) / kChunk, chunk = (cols + splits - 1) / splits;
   const BufferPtr partials =
-      ctx.allocator().allocate(static_cast<size_t>(rows * splits) * size_of(partial_t));
+      ctx.allocator().allocate(static_cast<size_t>(rows * splits) * size_of(v.partial));
   // mean: the first pass sums, the second divides by the whole row's length.
   const ReduceKind first_kind = kind == ReduceKind::mean ? ReduceKind::sum : kind;
-  dispatch_reduce(r, first, first_kind, false, x.buffer, partials,
+  dispatch_reduce(r, v.first, first_kind, 0, x.buffer, partials,
                   {u(rows * splits), u(cols), u(row_stride), u(col_stride), u(x.offset), 0, u(splits),
-                   u(chunk), 0, divisor},
+                   u(chunk), 0, u(cols)},
                   rows * splits, chunk);
-  dispatch_reduce(r, second, kind, out_bool, partials, out.buffer,
-                  {u(rows), u(splits), u(splits), 1, 0, u(out.offset), 1, u(splits), 0, divisor}, rows,
+  dispatch_reduce(r, v.second, kind, out_bytes, partials, out.buffer,
+                  {u(rows), u(splits), u(splits), 1, 0, u(out.offset), 1, u(splits), 0, u(cols)}, rows,
                   splits);
 }
 
-void record_widen_bool(Recorder& r, const GpuView& src, const GpuView& dst) {
-  constexpr const char* op = "gpu widen_bool";
+void record_widen_bytes(Recorder& r, const GpuView& src, const GpuView& dst) {
+  constexpr const char* op = "gpu widen_bytes";
   check_view(src, op);
   check_view(dst, op);
-  if (src.dtype != bool_ || dst.dtype != int32)
-    throw ValueError::of(op, "needs bool into int32", "{} into {}", dtype_name(src.dtype),
+  if (size_of(src.dtype) != 1 || dst.dtype != int32)
+    throw ValueError::of(op, "needs bool, uint8 or int8 into int32", "{} into {}", dtype_name(src.dtype),
                          dtype_name(dst.dtype));
   check_contiguous_out(dst, src.shape, op);
   const int64_t n = numel(src.shape);
@@ -172,36 +198,58 @@ void record_widen_bool(Recorder& r, const GpuView& src, const GpuView& dst) {
   }
   Context& ctx = r.context();
   const uint32_t wg = workgroup_size(ctx);
-  r.dispatch(builtin_shader("widen_bool"), {wg}, {{src.buffer, Access::read}, {dst.buffer, Access::write}}, p,
+  r.dispatch(builtin_shader(src.dtype == int8 ? "widen_int8" : "widen_bool"), {wg},
+             {{src.buffer, Access::read}, {dst.buffer, Access::write}}, p,
              Groups::linear(static_cast<uint64_t>((n + wg - 1) / wg), ctx));
 }
 
 void record_arg_reduce_rows(Recorder& r, bool is_max, const GpuView& x, const GpuView& out) {
   constexpr const char* op = "gpu arg_reduce";
-  const int64_t row_stride = check_rows(x, out, op);
+  const bool bytes = size_of(x.dtype) == 1;
+  const int64_t row_stride = check_rows(x, out, op, bytes);
+  const int64_t col_stride = x.shape[1] > 1 ? x.strides[1] : 1;
   if (out.dtype != int32) throw ValueError::of(op, "the output must be int32", "{}", dtype_name(out.dtype));
   const char* shader = nullptr;
   switch (x.dtype) {
     case float32:
       shader = "arg_reduce_rows_f32";
       break;
+    case float64:
+      shader = "arg_reduce_rows_f64";
+      break;
     case float16:
       shader = "arg_reduce_rows_f16";
       break;
+    case bfloat16:
+      shader = "arg_reduce_rows_bf16";
+      break;
     case int32:
       shader = "arg_reduce_rows_i32";
+      break;
+    case uint32:
+      shader = "arg_reduce_rows_u32";
+      break;
+    case int64:
+      shader = "arg_reduce_rows_i64";
+      break;
+    case bool_:
+    case uint8:
+      shader = "arg_reduce_rows_b8";
+      break;
+    case int8:
+      shader = "arg_reduce_rows_s8";
       break;
     default:
       throw NotImplemented::of(op, "no GPU kernel for this dtype", "{}", dtype_name(x.dtype));
   }
   Context& ctx = r.context();
-  need_storage16(ctx, x.dtype, op);
+  need_features(ctx, x.dtype, op);
   const int64_t rows = x.shape[0], cols = x.shape[1];
   if (rows == 0) return;
   if (cols == 0) throw ShapeError::of(op, "cannot reduce an empty axis", "{}", x.shape);
   const Layout l = layout(ctx, cols);
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
-  const ArgReducePush p{u(rows), u(cols), u(row_stride), u(x.offset), u(out.offset), l.tpr};
+  const ArgReducePush p{u(rows), u(cols), u(row_stride), u(col_stride), u(x.offset), u(out.offset), l.tpr};
   r.dispatch(builtin_shader(shader), {l.wg, is_max ? 1u : 0u},
              {{x.buffer, Access::read}, {out.buffer, Access::write}}, p, groups_for(ctx, rows, l));
 }

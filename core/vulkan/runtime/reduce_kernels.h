@@ -8,22 +8,24 @@
 namespace kiln::detail::vk {
 
 /// out[r] = the reduction `kind` of x[r, :] for a 2-D view x [rows, cols] whose columns have
-/// stride 1, or any positive stride for bool (rows any non-negative stride; cols may be 0: the
-/// identity, NaN for mean). out is
-/// contiguous [rows] of reduce_out_dtype(kind, x.dtype). Inputs: float32, int32, float16 (needs
-/// 16-bit storage; accumulates in float32) and bool; mean takes float inputs only, as on the CPU.
-/// max/min of int32 may also write bool (for bools widened by record_widen_bool).
-/// Throws ShapeError, ValueError, NotImplemented (other dtypes, 16-bit storage missing).
+/// stride 1, or any positive stride for 1-byte dtypes (rows any non-negative stride; cols may be 0:
+/// the identity, NaN for mean). out is contiguous [rows] of reduce_out_dtype(kind, x.dtype).
+/// Inputs: every dtype; float16 and bfloat16 need 16-bit storage (and accumulate in float32),
+/// float64 shaderFloat64, int64 shaderInt64; mean takes float inputs only, as on the CPU.
+/// int32 input widened from bytes by record_widen_bytes may also write the byte dtype (max/min)
+/// or uint32 (sum/prod of uint8).
+/// Throws ShapeError, ValueError, NotImplemented (a device feature missing).
 void record_reduce_rows(Recorder& r, ReduceKind kind, const GpuView& x, const GpuView& out);
 
-/// dst = src's bools as int32 0/1, src any non-negative strides (merged to at most
-/// kMaxStridedRank dims), dst contiguous with src's shape: what bool reductions whose axes do not
-/// merge read instead (record_copy moves no 1-byte elements). Throws ShapeError, NotImplemented.
-void record_widen_bool(Recorder& r, const GpuView& src, const GpuView& dst);
+/// dst = src's bytes (bool, uint8: zero-extended; int8: sign-extended) as int32, src any
+/// non-negative strides (merged to at most kMaxStridedRank dims), dst contiguous with src's shape:
+/// what reductions of bytes whose axes do not merge read instead (record_copy moves no 1-byte
+/// elements). Throws ShapeError, ValueError, NotImplemented.
+void record_widen_bytes(Recorder& r, const GpuView& src, const GpuView& dst);
 
 /// out[r] = column (int32) of the first largest (is_max) or smallest element of x[r, :], a NaN
-/// counting as the extreme; x as for record_reduce_rows with cols > 0, inputs float32, int32 and
-/// float16. Throws like record_reduce_rows.
+/// counting as the extreme; x as for record_reduce_rows with cols > 0, every input dtype. Throws
+/// like record_reduce_rows.
 void record_arg_reduce_rows(Recorder& r, bool is_max, const GpuView& x, const GpuView& out);
 
 }  // namespace kiln::detail::vk

@@ -1,0 +1,132 @@
+// kiln's GPU figures for issue 9's targets, on the default GPU (KILN_VULKAN_ALLOW_CPU=1 lets it
+// run on lavapipe, with KILN_GPU_BENCH_SMALL=1 for sizes a CPU device finishes): GEMM 4096^3
+// float32, elementwise add of 1 GiB, the dispatch cost per primitive
+// in a 1000-op chain evaluated as one submit, and training steps of the MLP (784-512-512-10, Adam,
+// batch 128) and the small GPT (4 layers, d 256, 4 heads, context 128, batch 32, AdamW).
+// bench/gpu_vs_pytorch.sh runs it beside bench/gpu_peer.py (PyTorch on the same GPU) and prints
+// one table.
+#include <benchmark/benchmark.h>
+#include <kiln/kiln.h>
+#include <kiln/models/gpt.h>
+#include <kiln/models/mlp.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+using kiln::Array;
+using kiln::Device;
+
+bool small() {
+  const char* v = std::getenv("KILN_GPU_BENCH_SMALL");
+  return v && std::strcmp(v, "1") == 0;
+}
+
+// Skips the benchmark when there is no GPU; makes it the default device otherwise.
+bool use_gpu(benchmark::State& st) {
+  if (!kiln::is_available(Device::gpu)) {
+    st.SkipWithError("no GPU (set KILN_VULKAN_ALLOW_CPU=1 for lavapipe)");
+    return false;
+  }
+  kiln::set_default_device(Device::gpu);
+  return true;
+}
+
+Array device_random(const kiln::Shape& shape, uint64_t seed) {
+  Array x = kiln::random::uniform(shape, kiln::random::key(seed), -1.0, 1.0);
+  x.eval();
+  return x;
+}
+
+void BM_gpu_matmul_f32(benchmark::State& st) {
+  if (!use_gpu(st)) return;
+  const int64_t n = small() ? 512 : 4096;
+  const Array a = device_random({n, n}, 1), b = device_random({n, n}, 2);
+  for (int i = 0; i < 2; ++i) kiln::matmul(a, b).eval();
+  for (auto _ : st) kiln::matmul(a, b).eval();
+  st.counters["TFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(n * n * n) * 1e-12,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  st.SetLabel(fmt::format("{}^3", n));
+}
+
+// Bytes moved per element: two reads and a write. The peer is PyTorch's device-to-device copy of
+// 1 GiB (bench/gpu_peer.py), the bandwidth the GPU reaches.
+void BM_gpu_add_1gib(benchmark::State& st) {
+  if (!use_gpu(st)) return;
+  const int64_t n = (small() ? (int64_t{1} << 24) : (int64_t{1} << 30)) / 4;
+  const Array a = device_random({n}, 3), b = device_random({n}, 4);
+  for (int i = 0; i < 2; ++i) kiln::add(a, b).eval();
+  for (auto _ : st) kiln::add(a, b).eval();
+  st.counters["GB/s"] =
+      benchmark::Counter(12.0 * static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// 1000 dependent elementwise ops on a small array, evaluated together: one command buffer, one
+// submit; the time per op is the recording and dispatch overhead.
+void BM_gpu_chain_1000(benchmark::State& st) {
+  if (!use_gpu(st)) return;
+  const Array x = device_random({1024}, 6);
+  auto chain = [&] {
+    Array y = x;
+    for (int i = 0; i < 1000; ++i) y = (i % 2) ? kiln::multiply(y, 0.999f) : kiln::add(y, 0.001f);
+    y.eval();
+  };
+  chain();
+  for (auto _ : st) chain();
+  // Seconds per iteration / 1000 ops, in microseconds.
+  st.counters["us/op"] =
+      benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+void BM_gpu_mlp_adam_step(benchmark::State& st) {
+  if (!use_gpu(st)) return;
+  kiln::random::seed(0);
+  kiln::models::Mlp model({.in_features = 784, .hidden = {512, 512}, .out_features = 10});
+  const Array x = device_random({128, 784}, 7);
+  const Array y = kiln::random::randint({128}, kiln::random::key(8), 0, 10);
+  kiln::optim::Adam opt({.lr = 1e-3});
+  auto step = kiln::nn::value_and_grad(
+      model, [&](const Array& in, const Array& t) { return kiln::nn::cross_entropy(model(in), t); });
+  auto one = [&] {
+    auto [loss, grads] = step(x, y);
+    opt.update(model, grads);
+    const auto params = model.parameters();
+    kiln::nn::eval({&params, &opt.state()});
+    loss.eval();
+  };
+  for (int i = 0; i < 3; ++i) one();
+  for (auto _ : st) one();
+}
+
+void BM_gpu_gpt_adamw_step(benchmark::State& st) {
+  if (!use_gpu(st)) return;
+  kiln::random::seed(0);
+  const int64_t batch = small() ? 4 : 32, context = small() ? 32 : 128;
+  kiln::models::Gpt model({.vocab_size = 65, .context = context, .d_model = 256, .heads = 4, .layers = 4});
+  const Array x = kiln::random::randint({batch, context}, kiln::random::key(1), 0, 65);
+  const Array y = kiln::random::randint({batch, context}, kiln::random::key(2), 0, 65);
+  kiln::eval(x, y);
+  kiln::optim::AdamW opt({.lr = 3e-4});
+  auto step = kiln::nn::value_and_grad(model, [&](const Array& in, const Array& t) {
+    return kiln::nn::cross_entropy(kiln::reshape(model(in), {-1, 65}), kiln::reshape(t, {-1}));
+  });
+  auto one = [&] {
+    auto [loss, grads] = step(x, y);
+    opt.update(model, grads);
+    const auto params = model.parameters();
+    kiln::nn::eval({&params, &opt.state()});
+    loss.eval();
+  };
+  for (int i = 0; i < 2; ++i) one();
+  for (auto _ : st) one();
+}
+
+}  // namespace
+
+BENCHMARK(BM_gpu_matmul_f32)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gpu_add_1gib)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gpu_chain_1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gpu_mlp_adam_step)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gpu_gpt_adamw_step)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_MAIN();
