@@ -33,6 +33,13 @@ inline GpuView array_view(const Array& a) {
   return {n.buffer->device(), n.dtype, n.shape, n.strides, n.offset};
 }
 
+/// array_view for a kernel input that may be empty: an empty array has no storage to view, and
+/// its view has no buffer (kernels never read one).
+inline GpuView input_view(const Array& a) {
+  if (a.size() == 0) return {nullptr, a.dtype(), a.shape(), a.strides(), 0};
+  return array_view(a);
+}
+
 /// `out`'s storage (made by gpu::allocate) as a row-major view of `shape`, which has out's size.
 inline GpuView array_out_view(const Array& out, const Shape& shape) {
   return GpuView::contiguous(out.node().buffer->device(), out.dtype(), shape);

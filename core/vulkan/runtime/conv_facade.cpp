@@ -31,12 +31,6 @@ vk::ConvDims dims(const Shape& x, const Shape& w, const Shape& y, const ConvOpti
           .groups = o.groups};
 }
 
-// An input's device view; an empty one has no storage to view (the kernels never read it).
-vk::GpuView input_view(const Array& a) {
-  if (a.size() == 0) return {nullptr, a.dtype(), a.shape(), a.strides(), 0};
-  return vk::array_view(a);
-}
-
 }  // namespace
 
 void conv2d(const Array& x, const Array& w, const ConvOptions& o, Array& y) {
@@ -45,8 +39,8 @@ void conv2d(const Array& x, const Array& w, const ConvOptions& o, Array& y) {
   check_rank(w, "weight", op);
   check_rank(y, "output", op);
   allocate(y);
-  vk::record_conv_forward(vk::thread_recorder(), dims(x.shape(), w.shape(), y.shape(), o), input_view(x),
-                          input_view(w), vk::array_out_view(y, y.shape()));
+  vk::record_conv_forward(vk::thread_recorder(), dims(x.shape(), w.shape(), y.shape(), o), vk::input_view(x),
+                          vk::input_view(w), vk::array_out_view(y, y.shape()));
 }
 
 void conv2d_grad_input(const Array& gy, const Array& w, const ConvOptions& o, Array& dx) {
@@ -56,7 +50,7 @@ void conv2d_grad_input(const Array& gy, const Array& w, const ConvOptions& o, Ar
   check_rank(dx, "input gradient", op);
   allocate(dx);
   vk::record_conv_grad_input(vk::thread_recorder(), dims(dx.shape(), w.shape(), gy.shape(), o),
-                             input_view(gy), input_view(w), vk::array_out_view(dx, dx.shape()));
+                             vk::input_view(gy), vk::input_view(w), vk::array_out_view(dx, dx.shape()));
 }
 
 void conv2d_grad_weight(const Array& x, const Array& gy, const ConvOptions& o, Array& dw) {
@@ -66,7 +60,7 @@ void conv2d_grad_weight(const Array& x, const Array& gy, const ConvOptions& o, A
   check_rank(dw, "weight gradient", op);
   allocate(dw);
   vk::record_conv_grad_weight(vk::thread_recorder(), dims(x.shape(), dw.shape(), gy.shape(), o),
-                              input_view(x), input_view(gy), vk::array_out_view(dw, dw.shape()));
+                              vk::input_view(x), vk::input_view(gy), vk::array_out_view(dw, dw.shape()));
 }
 
 }  // namespace kiln::gpu

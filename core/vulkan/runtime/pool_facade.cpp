@@ -28,12 +28,6 @@ vk::PoolDims dims(const Shape& x, const Shape& pooled, const PoolOptions& o) {
           .dilation = o.dilation};
 }
 
-// An input's device view; an empty one has no storage to view (the kernels never read it).
-vk::GpuView input_view(const Array& a) {
-  if (a.size() == 0) return {nullptr, a.dtype(), a.shape(), a.strides(), 0};
-  return vk::array_view(a);
-}
-
 }  // namespace
 
 void max_pool2d(const Array& x, const Array* src, const PoolOptions& o, Array& out) {
@@ -43,8 +37,8 @@ void max_pool2d(const Array& x, const Array* src, const PoolOptions& o, Array& o
   if (src) check_rank(*src, "src", op);
   allocate(out);
   if (out.size() == 0) return;
-  const vk::GpuView sv = src ? input_view(*src) : vk::GpuView{};
-  vk::record_max_pool(vk::thread_recorder(), dims(x.shape(), out.shape(), o), input_view(x),
+  const vk::GpuView sv = src ? vk::input_view(*src) : vk::GpuView{};
+  vk::record_max_pool(vk::thread_recorder(), dims(x.shape(), out.shape(), o), vk::input_view(x),
                       src ? &sv : nullptr, vk::array_out_view(out, out.shape()));
 }
 
