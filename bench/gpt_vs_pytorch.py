@@ -29,7 +29,7 @@ def torch_gpt(torch):
             q, k, v = self.c_attn(self.ln_1(x)).split(D, dim=2)
             q, k, v = (z.view(b, t, HEADS, D // HEADS).transpose(1, 2) for z in (q, k, v))
             att = (q @ k.transpose(-2, -1)) / math.sqrt(D // HEADS)
-            mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
             y = att.masked_fill(mask, float("-inf")).softmax(-1) @ v
             x = x + self.attn_proj(y.transpose(1, 2).reshape(b, t, D))
             return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
@@ -42,7 +42,7 @@ def torch_gpt(torch):
             self.ln_f, self.lm_head = nn.LayerNorm(D), nn.Linear(D, VOCAB, bias=False)
 
         def forward(self, idx):
-            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
             for block in self.h:
                 x = block(x)
             return self.lm_head(self.ln_f(x))

@@ -132,6 +132,7 @@ def main():
     ap.add_argument("--small", action="store_true", help="small sizes (lavapipe / CPU smoke test)")
     args = ap.parse_args()
     k = kiln_figures(args.kiln, args.small)
+    print("kiln:", json.dumps(k), flush=True)
     try:
         t = torch_figures(args.small)
     except ImportError:

@@ -1,42 +1,105 @@
 #!/usr/bin/env bash
-# Issue 9's H200 table: builds bench/gpu/gpu_bench here, gathers it with the shared libraries the
-# device image lacks and Debian's Vulkan loader (the device tool's recipe) into .gpu_carry/ (ignored
-# by git), and prints the `run` command that executes bench/gpu_vs_pytorch.py there, kiln and
-# PyTorch on the same GPU in one call.
-#   bench/gpu_vs_pytorch.sh prepare        # here
-#   bench/gpu_vs_pytorch.sh device         # there (the command `prepare` prints runs this)
+# Issue 9's H200 run: builds kiln here (release, with the benchmarks), packs gpu_bench, the training
+# examples, the Vulkan test binaries, the shared libraries the device image lacks and the raw
+# Fashion-MNIST files into one xz archive under .gpu_carry/ (ignored by git; one big dictionary, so
+# the binaries' common code is stored once), beside Debian's Vulkan loader (the device tool's
+# recipe). On the device it runs the Vulkan tests, the table of kiln beside PyTorch on the same GPU
+# (bench/gpu_vs_pytorch.py) and training on the GPU through the examples.
+#   bench/gpu_vs_pytorch.sh prepare             # here
+#   bench/gpu_vs_pytorch.sh device [parts...]   # there; parts: tests table train (default: all)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 carry=.gpu_carry
+build=build/release
+tests=(vulkan_runtime_test vulkan_kernels_test elementwise_kernel_test glsl_compiler_test gpu_eval_test
+  gpu_elementwise_test gpu_reduce_test gpu_index_test gpu_linalg_test gpu_random_test gpu_compile_test
+  gpu_scan_test gpu_sort_test gpu_gather_test gpu_conv_test gpu_pool_test gpu_float64_math_test)
 
 case "${1:-}" in
   prepare)
-    cmake --preset release -DKILN_BENCH=ON -B build/gpu-bench >/dev/null
-    cmake --build build/gpu-bench --target gpu_bench -j "$(nproc)"
-    rm -rf "$carry" && mkdir -p "$carry/lib" "$carry/gl"
-    cp build/gpu-bench/bench/gpu_bench "$carry/"
-    # Every shared library but glibc's and the Vulkan loader's (the loader comes as a .deb).
-    ldd "$carry/gpu_bench" | awk '/=> \//{print $3}' |
-      grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libvulkan)\.so' |
-      xargs -r cp -L -t "$carry/lib"
-    grep -qxF "/$carry/" .git/info/exclude || echo "/$carry/" >>.git/info/exclude
+    cmake --preset release -DKILN_BENCH=ON >/dev/null
+    cmake --build "$build" -j "$(nproc)" --target gpu_bench train_fashion_mnist train_char_gpt "${tests[@]}"
+    # Two archives: the binaries (packed again each time) and the libraries and data (kept when
+    # present; `rm -rf .gpu_carry` to rebuild them). One big dictionary stores the binaries' common
+    # code once.
+    stage=$(mktemp -d)
+    mkdir -p "$carry/gl" "$stage/bin" "$stage/lib" "$stage/data"
+    for t in "${tests[@]}"; do strip -o "$stage/bin/$t" "$build/tests/vulkan/$t"; done
+    strip -o "$stage/bin/gpu_bench" "$build/bench/gpu_bench"
+    for e in train_fashion_mnist train_char_gpt; do strip -o "$stage/bin/$e" "$build/examples/$e"; done
+    tar cf - -C "$stage" bin | xz -T1 --lzma2=preset=6,dict=256MiB >"$carry/bin.tar.xz"
+    if [ ! -f "$carry/base.tar.xz" ]; then
+      # Every shared library but glibc's and the Vulkan loader's (the loader and libglvnd, which
+      # NVIDIA's Vulkan driver needs, come as .debs).
+      ldd "$stage"/bin/* | awk '/=> \//{print $3}' | sort -u |
+        grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libvulkan)\.so' |
+        xargs -r cp -L -t "$stage/lib"
+      for f in /usr/share/datasets/fashion-mnist/*.gz; do
+        gunzip -c "$f" >"$stage/data/$(basename "$f" .gz)"
+      done
+      cp /usr/share/common-licenses/GPL-3 "$stage/data/"
+      tar cf - -C "$stage" lib data | xz -T1 --lzma2=preset=6,dict=64MiB >"$carry/base.tar.xz"
+    fi
+    rm -rf "$stage"
+    exclude=$(git rev-parse --git-path info/exclude)
+    mkdir -p "$(dirname "$exclude")"
+    grep -qxF "/$carry/" "$exclude" 2>/dev/null || echo "/$carry/" >>"$exclude"
     o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
     mkdir -p /tmp/amd64/partial
     # shellcheck disable=SC2086
-    apt-get $o update >/dev/null && (cd "$carry/gl" && apt-get $o download libvulkan1 >/dev/null)
+    ls "$carry"/gl/libvulkan1_*.deb >/dev/null 2>&1 || (apt-get $o update >/dev/null && cd "$carry/gl" &&
+      apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null)
     du -sh "$carry"
     echo "now: run(command='bash bench/gpu_vs_pytorch.sh device', carry=['$carry'])"
     ;;
   device)
+    shift
+    parts=("$@")
+    [ ${#parts[@]} -gt 0 ] || parts=(tests table train)
     for f in "$carry"/gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
+    k=/tmp/kiln
+    if [ ! -d "$k" ]; then
+      mkdir -p "$k"
+      for a in "$carry"/bin.tar.xz "$carry"/base.tar.xz; do xz -dc "$a" | tar xf - -C "$k"; done
+    fi
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-    export LD_LIBRARY_PATH="$PWD/$carry/lib:${LD_LIBRARY_PATH:-}" KILN_CACHE_DIR=/tmp/kiln-cache
+    export LD_LIBRARY_PATH="$k/lib:${LD_LIBRARY_PATH:-}" KILN_CACHE_DIR=/tmp/kiln-cache KILN_REQUIRE_VULKAN=1
+    out=${OUT:-/tmp/kiln-out}
+    mkdir -p "$out"
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
-    python3 bench/gpu_vs_pytorch.py --kiln "$carry/gpu_bench"
+    for part in "${parts[@]}"; do
+      case "$part" in
+        tests)
+          failed=()
+          for t in "${tests[@]}"; do
+            if timeout 120 "$k/bin/$t" --gtest_brief=1 >"$out/tests.log.tmp" 2>&1; then
+              echo "PASS $t"
+            else
+              echo "FAIL $t" && failed+=("$t") && tail -40 "$out/tests.log.tmp"
+            fi
+            cat "$out/tests.log.tmp" >>"$out/tests.log"
+          done
+          rm -f "$out/tests.log.tmp"
+          echo "Vulkan tests on the GPU: ${#failed[@]} binaries failed: ${failed[*]:-none}"
+          ;;
+        table)
+          python3 bench/gpu_vs_pytorch.py --kiln "$k/bin/gpu_bench" | tee "$out/table.txt" || echo "table failed"
+          ;;
+        train)
+          export KILN_DEVICE=gpu
+          (cd /tmp && time "$k/bin/train_fashion_mnist" --model mlp --epochs 2 --data "$k/data" --out /tmp/fm) || true
+          (cd /tmp && time "$k/bin/train_fashion_mnist" --model cnn --epochs 1 --data "$k/data" --out /tmp/fm-cnn) || true
+          cp /tmp/fm/metrics.csv "$out/fashion_mnist_metrics.csv" || true
+          (cd /tmp && time "$k/bin/train_char_gpt" --text "$k/data/GPL-3" --out /tmp/gpt --steps 300 \
+            --eval-every 100) || true
+          ;;
+        *) echo "unknown part $part" >&2 && exit 2 ;;
+      esac
+    done
     ;;
   *)
-    echo "usage: $0 prepare|device" >&2
+    echo "usage: $0 prepare | device [tests|table|train ...]" >&2
     exit 2
     ;;
 esac

@@ -11,6 +11,18 @@
 #ifndef KILN_DTYPE_CONVERT_GLSL
 #define KILN_DTYPE_CONVERT_GLSL
 
+// NaN tests on the bits, for code that must keep NaN where GLSL leaves it undefined (min, max,
+// comparisons). Without SignedZeroInfNanPreserve a Vulkan driver may assume no NaN: NVIDIA's turned
+// `isnan(a) ? a : (a <= b ? a : b)` into a min that drops NaN; an integer test stays as written.
+bool kiln_nan_bits(float x) { return (floatBitsToUint(x) & 0x7FFFFFFFu) > 0x7F800000u; }
+#ifdef KILN_HAS_FLOAT64
+bool kiln_nan_bits(double x) {
+  const uvec2 w = unpackDouble2x32(x);
+  const uint hi = w.y & 0x7FFFFFFFu;
+  return hi > 0x7FF00000u || (hi == 0x7FF00000u && w.x != 0u);
+}
+#endif
+
 // float16 bits to float, exactly (float16_t::to_float).
 float kiln_half_to_float(uint h) {
   const uint sign = (h & 0x8000u) << 16;

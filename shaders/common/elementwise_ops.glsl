@@ -84,9 +84,9 @@ float kiln_nan() { return uintBitsToFloat(0x7FC00000u); }
   T kiln_rsqrt(T x) { return one / sqrt(x); }                                              \
   bool kiln_isnan(T x) { return isnan(x); }                                                \
   bool kiln_isinf(T x) { return isinf(x); }                                                \
-  /* NaN in either operand propagates (GLSL max may return either operand for NaN). */     \
-  T kiln_maximum(T a, T b) { return isnan(a) ? a : (a >= b ? a : b); }                     \
-  T kiln_minimum(T a, T b) { return isnan(a) ? a : (a <= b ? a : b); }                     \
+  /* NaN in either operand propagates (GLSL max may return either; see kiln_nan_bits). */   \
+  T kiln_maximum(T a, T b) { return kiln_nan_bits(a) || kiln_nan_bits(b) ? a + b : (a >= b ? a : b); } \
+  T kiln_minimum(T a, T b) { return kiln_nan_bits(a) || kiln_nan_bits(b) ? a + b : (a <= b ? a : b); } \
   T kiln_floor_divide(T a, T b) { return floor(a / b); }                                   \
   /* fmod's sign moved to the divisor's; |r| < |b| also where a / b rounded up. */          \
   T kiln_remainder(T a, T b) {                                                             \
@@ -304,7 +304,7 @@ double kiln_scale(double y, int k) {
 
 // e^(hi - lo) * 2^k for |hi - lo| <= ln2 / 2 (e_exp.c's kernel).
 double kiln_exp_reduced(double hi, double lo, int k) {
-  const double r = hi - lo;
+  precise const double r = hi - lo;
   const double t = r * r;
   const double c =
       r - t * (1.66666666666666019037e-01LF +
@@ -321,8 +321,8 @@ double kiln_exp_of_sum(double x, double x_lo) {
   if (x > 709.8LF) return kiln_inf_d();
   if (x < -745.2LF) return 0.0LF;
   const double k = roundEven(x * 1.44269504088896338700e+00LF);
-  const double hi = x - k * 6.93147180369123816490e-01LF;
-  const double lo = k * 1.90821492927058770002e-10LF - x_lo;
+  precise const double hi = x - k * 6.93147180369123816490e-01LF;
+  precise const double lo = k * 1.90821492927058770002e-10LF - x_lo;
   return kiln_exp_reduced(hi, lo, int(k));
 }
 double kiln_exp(double x) { return kiln_exp_of_sum(x, 0.0LF); }
@@ -383,7 +383,8 @@ double kiln_log_extended(double x, out double lo) {
   precise const double small =
       sum_err + (dk * 1.90821492927058770002e-10LF + (2.0LF * s_lo + s_hi * kiln_log_series(s_hi)));
   precise const double hi = sum + small;
-  lo = small - (hi - sum);
+  precise const double hi_err = small - (hi - sum);  // an out parameter is not precise: a variable
+  lo = hi_err;
   return hi;
 }
 
@@ -432,23 +433,27 @@ int kiln_rem_pio2(double x, out double y0, out double y1) {
   const double fn = roundEven(x * 6.36619772367581382433e-01LF);
   precise double r = x - fn * 1.57079632673412561417e+00LF;
   precise double w = fn * 6.07710050650619224932e-11LF;
-  y0 = r - w;
+  precise double y = r - w;
   const int j = kiln_exponent_bits(x);
-  if (j - kiln_exponent_bits(y0) > 16) {
+  if (j - kiln_exponent_bits(y) > 16) {
     precise double t = r;
     w = fn * 6.07710050630396597660e-11LF;
     r = t - w;
     w = fn * 2.02226624879595063154e-21LF - ((t - r) - w);
-    y0 = r - w;
-    if (j - kiln_exponent_bits(y0) > 49) {
+    y = r - w;
+    if (j - kiln_exponent_bits(y) > 49) {
       t = r;
       w = fn * 2.02226624871116645580e-21LF;
       r = t - w;
       w = fn * 8.47842766036889956997e-32LF - ((t - r) - w);
-      y0 = r - w;
+      y = r - w;
     }
   }
-  y1 = (r - y0) - w;
+  // Out parameters are not precise: the compensated tail goes through a precise variable, or a
+  // driver may simplify (r - (r - w)) - w to 0 (NVIDIA's reassociates and fuses where GLSL lets it).
+  precise const double tail = (r - y) - w;
+  y0 = y;
+  y1 = tail;
   return int(fn);
 }
 // sin and cos of x + y on [-pi/4, pi/4] (k_sin.c, k_cos.c).

@@ -8,7 +8,7 @@
 // strided columns; bfloat16 (KILN_IN_BF16) is read as uint16_t bits. The float64 variant needs
 // shaderFloat64 and the int64 one shaderInt64 (the host checks).
 // kiln-variant: arg_reduce_rows_f32 -DIN_T=float -DVAL_T=float -DKILN_FLOAT
-// kiln-variant: arg_reduce_rows_f64 -DIN_T=double -DVAL_T=double -DKILN_FLOAT
+// kiln-variant: arg_reduce_rows_f64 -DIN_T=double -DVAL_T=double -DKILN_FLOAT -DKILN_HAS_FLOAT64
 // kiln-variant: arg_reduce_rows_i32 -DIN_T=int -DVAL_T=int
 // kiln-variant: arg_reduce_rows_u32 -DIN_T=uint -DVAL_T=uint
 // kiln-variant: arg_reduce_rows_i64 -DIN_T=int64_t -DVAL_T=int64_t -DKILN_INT64
@@ -62,7 +62,7 @@ VAL_T load(uint i) {
 
 bool is_nan(VAL_T v) {
 #ifdef KILN_FLOAT
-  return isnan(v);
+  return kiln_nan_bits(v);
 #else
   return false;
 #endif

@@ -16,7 +16,7 @@
 // bfloat16 (KILN_IN_BF16, KILN_OUT_BF16) is stored as uint16_t bits and converted by hand.
 // The float64 variants need shaderFloat64, the int64 one shaderInt64 (the host checks).
 // kiln-variant: reduce_rows_f32 -DIN_T=float -DACC_T=float -DOUT_T=float -DKILN_FLOAT
-// kiln-variant: reduce_rows_f64 -DIN_T=double -DACC_T=double -DOUT_T=double -DKILN_FLOAT
+// kiln-variant: reduce_rows_f64 -DIN_T=double -DACC_T=double -DOUT_T=double -DKILN_FLOAT -DKILN_HAS_FLOAT64
 // kiln-variant: reduce_rows_i32 -DIN_T=int -DACC_T=int -DOUT_T=int
 // kiln-variant: reduce_rows_u32 -DIN_T=uint -DACC_T=uint -DOUT_T=uint -DKILN_UNSIGNED
 // kiln-variant: reduce_rows_i64 -DIN_T=int64_t -DACC_T=int64_t -DOUT_T=int64_t -DKILN_INT64
@@ -109,7 +109,7 @@ ACC_T combine(ACC_T a, ACC_T b) {
   if (kKind == KIND_ALL) return ACC_T(a != ACC_T(0) && b != ACC_T(0));
   if (kKind == KIND_ANY) return ACC_T(a != ACC_T(0) || b != ACC_T(0));
 #ifdef KILN_FLOAT
-  if (isnan(b)) return b;
+  if (kiln_nan_bits(a) || kiln_nan_bits(b)) return a + b;  // NaN propagates
 #endif
   if (kKind == KIND_MAX) return b > a ? b : a;
   return b < a ? b : a;

@@ -182,6 +182,20 @@ TEST_F(GpuEval, MemoryStaysFlatOverRepeatedSteps) {
   EXPECT_GT(after_warmup, 0u);
 }
 
+TEST_F(GpuEval, SmallHostArraysNeedNoCopyOnTheQueue) {
+  // Where device memory is not mapped (a discrete GPU; KILN_VULKAN_FORCE_STAGING=1 on lavapipe, as
+  // the staged.* run of this test does), a host array a kernel reads is written by the host into
+  // mapped upload memory: no submit and wait of its own per constant.
+  detail::vk::DeviceAllocator& uploads = ctx().upload_allocator();
+  const size_t before = uploads.counters().active_bytes;
+  const Array x = rand({3, 5}, 41);
+  const Array y = add(multiply(x, Array(3.0f), Device::gpu), Array(0.5f), Device::gpu);
+  y.eval();
+  const bool direct = !ctx().allocator().mapped();
+  EXPECT_EQ(uploads.counters().active_bytes > before, direct);
+  test::expect_close(y, test::values(add(multiply(x, Array(3.0f)), Array(0.5f))), 1e-6, 1e-6);
+}
+
 TEST_F(GpuEval, ThreadsEvaluatingOverlappingGraphs) {
   const Array x = rand({32, 32}, 30);
   const Array shared = exp(matmul(x, x, Device::gpu), Device::gpu);  // every thread needs it

@@ -186,6 +186,38 @@ TEST_F(VulkanTest, AllocatorCachesAndCounts) {
   EXPECT_EQ(c.reserved_bytes, 0u);
 }
 
+TEST_F(VulkanTest, CacheLimitBoundsBigBuffersOnly) {
+  // A loop over one big array frees and asks for the same big buffer every step; cached blocks of
+  // the chunks must not push it out of a cache whose limit it fits.
+  auto own = Context::create(private_options());
+  DeviceAllocator& alloc = own->allocator();
+  const size_t big = DeviceAllocator::kMaxPooledBytes * 2 + 12345;
+  size_t capacity = 0;
+  {
+    BufferPtr b = alloc.allocate(big);
+    capacity = b->capacity();
+  }
+  alloc.set_cache_limit(capacity);
+  { BufferPtr small = alloc.allocate(4096); }  // now a free block of a chunk is cached too
+  const size_t allocations = alloc.counters().allocations;
+  for (int step = 0; step < 3; ++step) {
+    BufferPtr b = alloc.allocate(big);
+    EXPECT_EQ(alloc.counters().allocations, allocations) << "step " << step;
+  }
+  EXPECT_EQ(alloc.counters().cache_bytes, capacity + 4096);
+  // Over the limit, the least recently released goes: the one just released is the one a loop
+  // asks for next, even when it is the largest.
+  {
+    BufferPtr last = alloc.allocate(big);                                       // released last
+    BufferPtr first = alloc.allocate(DeviceAllocator::kMaxPooledBytes + 4096);  // released first
+  }
+  const size_t before = alloc.counters().allocations;
+  { BufferPtr again = alloc.allocate(big); }
+  EXPECT_EQ(alloc.counters().allocations, before);
+  alloc.set_cache_limit(0);  // frees the big buffers; free blocks of chunks stay
+  EXPECT_EQ(alloc.counters().cache_bytes, 4096u);
+}
+
 TEST_F(VulkanTest, BadAllocationsAreErrors) {
   EXPECT_THROW(ctx().allocator().allocate(0), ValueError);
   const size_t too_big = size_t{ctx().caps().max_storage_buffer_range} + 1;

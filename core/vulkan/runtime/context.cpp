@@ -359,6 +359,7 @@ Context::Context(const ContextOptions& options) : options_(options) {
     }
     allocator_ = std::make_unique<DeviceAllocator>(*this, DeviceAllocator::Kind::device);
     staging_ = std::make_unique<DeviceAllocator>(*this, DeviceAllocator::Kind::staging);
+    upload_ = std::make_unique<DeviceAllocator>(*this, DeviceAllocator::Kind::upload);
     pipelines_ = std::make_unique<PipelineCache>(*this, options.cache_dir);
   } catch (...) {
     destroy(/*keep_instance=*/true);
@@ -373,7 +374,8 @@ void Context::destroy(bool keep_instance) noexcept {
   if (device_) api_->vkDeviceWaitIdle(device_);
   pipelines_.reset();
   const bool leaked = (allocator_ && allocator_->counters().active_bytes > 0) ||
-                      (staging_ && staging_->counters().active_bytes > 0);
+                      (staging_ && staging_->counters().active_bytes > 0) ||
+                      (upload_ && upload_->counters().active_bytes > 0);
   if (leaked) {
     // Freeing the device under live buffers would crash when they go; keep it instead.
     std::fprintf(stderr,
@@ -382,6 +384,7 @@ void Context::destroy(bool keep_instance) noexcept {
   }
   allocator_.reset();
   staging_.reset();
+  upload_.reset();
   if (device_) {
     for (auto& f : free_frames_) {
       for (VkDescriptorPool p : f->descriptor_pools) api_->vkDestroyDescriptorPool(device_, p, nullptr);

@@ -95,6 +95,8 @@ class Context {
   DeviceAllocator& allocator() { return *allocator_; }
   /// Host-visible memory for uploads and readbacks through a copy.
   DeviceAllocator& staging_allocator() { return *staging_; }
+  /// Mapped storage buffers for small uploads: the host writes them, no copy on the queue.
+  DeviceAllocator& upload_allocator() { return *upload_; }
   PipelineCache& pipelines() { return *pipelines_; }
 
   /// The descriptor-set and pipeline layouts for `bindings` storage buffers (1..kMaxBindings).
@@ -148,6 +150,7 @@ class Context {
 
   std::unique_ptr<DeviceAllocator> allocator_;
   std::unique_ptr<DeviceAllocator> staging_;
+  std::unique_ptr<DeviceAllocator> upload_;
   std::unique_ptr<PipelineCache> pipelines_;
 };
 

@@ -1,6 +1,7 @@
 // The gpu facade (core/vulkan/gpu.h) on the Vulkan runtime: arrays become views of device
 // buffers, kernels are recorded into this thread's recorder, and eval() submits it.
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -224,7 +225,16 @@ void discard_pending() noexcept {
 
 std::shared_ptr<detail::vk::DeviceBuffer> upload(const void* src, size_t bytes) {
   vk::Context& ctx = vk::context();
-  vk::BufferPtr b = ctx.allocator().allocate(std::max<size_t>(bytes, 1));
+  const size_t size = std::max<size_t>(bytes, 1);
+  // Small host arrays (scalars, a batch) go into mapped memory the kernels bind directly: a copy
+  // through staging is a submit and a wait of its own (about 50 us on a discrete GPU), once per
+  // constant of a graph. The host's writes are visible to every later submit, on any thread.
+  if (!ctx.allocator().mapped() && size <= vk::DeviceAllocator::kMaxPooledBytes) {
+    vk::BufferPtr b = ctx.upload_allocator().allocate(size);
+    std::memcpy(b->mapped(), src, bytes);
+    return b;
+  }
+  vk::BufferPtr b = ctx.allocator().allocate(size);
   vk::upload(ctx, b, src, bytes);
   return b;
 }
@@ -240,16 +250,25 @@ void download(const detail::vk::DeviceBuffer& src, void* dst, size_t bytes) {
 MemoryCounters memory_counters() noexcept {
   const vk::Context* ctx = vk::existing_context();
   if (!ctx) return {};
-  const vk::MemoryCounters c = const_cast<vk::Context*>(ctx)->allocator().counters();
-  return {c.active_bytes, c.peak_bytes, c.cache_bytes, c.reserved_bytes};
+  // Device memory and upload memory together (the peak is the sum of each one's peak: a bound).
+  auto& c = *const_cast<vk::Context*>(ctx);
+  const vk::MemoryCounters d = c.allocator().counters(), u = c.upload_allocator().counters();
+  return {d.active_bytes + u.active_bytes, d.peak_bytes + u.peak_bytes, d.cache_bytes + u.cache_bytes,
+          d.reserved_bytes + u.reserved_bytes};
 }
 
 void reset_peak_memory() noexcept {
-  if (vk::Context* ctx = vk::existing_context()) ctx->allocator().reset_peak();
+  if (vk::Context* ctx = vk::existing_context()) {
+    ctx->allocator().reset_peak();
+    ctx->upload_allocator().reset_peak();
+  }
 }
 
 void clear_cache() noexcept {
-  if (vk::Context* ctx = vk::existing_context()) ctx->allocator().clear_cache();
+  if (vk::Context* ctx = vk::existing_context()) {
+    ctx->allocator().clear_cache();
+    ctx->upload_allocator().clear_cache();
+  }
 }
 
 }  // namespace kiln::gpu

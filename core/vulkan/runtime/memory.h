@@ -71,6 +71,9 @@ class DeviceAllocator {
   enum class Kind {
     device,   ///< device-local; mapped when the device has unified memory
     staging,  ///< host-visible and coherent (host-cached where offered), always mapped
+    /// Storage buffers the host writes straight into: device-local and host-visible where the
+    /// device offers it (a discrete GPU's BAR window), else host memory the device reads.
+    upload,
   };
   DeviceAllocator(Context& ctx, Kind kind);
   ~DeviceAllocator();
@@ -107,6 +110,7 @@ class DeviceAllocator {
     VkDeviceMemory memory;
     VkBuffer buffer;
     std::byte* mapped;
+    uint64_t released = 0;  // release order, for trimming the least recently used first
   };
   void release(DeviceBuffer& b);
   // Creates a VkBuffer with its own memory; returns false when the device is out of memory.
@@ -124,7 +128,12 @@ class DeviceAllocator {
   std::vector<Chunk> chunks_;
   std::vector<std::vector<Block>> free_blocks_;  // by size class
   std::multimap<size_t, Dedicated> free_dedicated_;
-  size_t cache_limit_ = size_t{1} << 30;
+  size_t cache_limit_ = size_t{1} << 30;  // a quarter of the device's memory on a discrete GPU
+  uint64_t releases_ = 0;
+  // Bytes of cached big buffers, what cache_limit_ bounds (counters_.cache_bytes also counts the
+  // chunks' free blocks: bounding that sum freed a just-released big buffer whenever small blocks
+  // were cached, so a loop over one big array allocated device memory every step).
+  size_t big_cache_bytes_ = 0;
   MemoryCounters counters_;
 };
 
