@@ -1,6 +1,6 @@
 // kiln's GPU figures for issue 9's targets, on the default GPU (KILN_VULKAN_ALLOW_CPU=1 lets it
 // run on lavapipe, with KILN_GPU_BENCH_SMALL=1 for sizes a CPU device finishes): GEMM 4096^3
-// float32, elementwise add of 1 GiB, the dispatch cost per primitive
+// float32 and float16 (float32 accumulation), elementwise add of 1 GiB, the dispatch cost per primitive
 // in a 1000-op chain evaluated as one submit, and training steps of the MLP (784-512-512-10, Adam,
 // batch 128) and the small GPT (4 layers, d 256, 4 heads, context 128, batch 32, AdamW).
 // bench/gpu_vs_pytorch.sh runs it beside bench/gpu_peer.py (PyTorch on the same GPU) and prints
@@ -48,6 +48,37 @@ void BM_gpu_matmul_f32(benchmark::State& st) {
   st.counters["TFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(n * n * n) * 1e-12,
                                               benchmark::Counter::kIsIterationInvariantRate);
   st.SetLabel(fmt::format("{}^3", n));
+}
+
+// float16 operands, float32 accumulation: tensor cores where the device has VK_NV_cooperative_matrix
+// (KILN_VULKAN_DISABLE_COOPMAT=1 forces the plain kernel). The peer is cuBLAS's float16 GEMM.
+void BM_gpu_matmul_f16(benchmark::State& st) {
+  if (!use_gpu(st)) return;
+  const int64_t n = small() ? 512 : 4096;
+  const Array a = kiln::astype(device_random({n, n}, 1), kiln::float16);
+  const Array b = kiln::astype(device_random({n, n}, 2), kiln::float16);
+  kiln::eval(a, b);
+  for (int i = 0; i < 2; ++i) kiln::matmul(a, b).eval();
+  for (auto _ : st) kiln::matmul(a, b).eval();
+  st.counters["TFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(n * n * n) * 1e-12,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  st.SetLabel(fmt::format("{}^3", n));
+}
+
+// The float16 GEMM with each tensor-core tile and fragment shape of shaders/linalg/matmul_f16_coopmat.comp
+// (through KILN_VULKAN_COOPMAT_TILE / _SHAPE), to pick kiln's defaults on a new GPU (registered
+// below when KILN_GPU_BENCH_TILES=1). A pair the device lacks reports an error; a device without
+// cooperative matrices runs the plain kernel each time.
+void BM_gpu_matmul_f16_tile(benchmark::State& st, const char* tile, const char* shape) {
+  setenv("KILN_VULKAN_COOPMAT_TILE", tile, 1);
+  setenv("KILN_VULKAN_COOPMAT_SHAPE", shape, 1);
+  try {
+    BM_gpu_matmul_f16(st);
+  } catch (const kiln::Error& e) {
+    st.SkipWithError(e.what());
+  }
+  unsetenv("KILN_VULKAN_COOPMAT_TILE");
+  unsetenv("KILN_VULKAN_COOPMAT_SHAPE");
 }
 
 // Bytes moved per element: two reads and a write. The peer is PyTorch's device-to-device copy of
@@ -122,9 +153,25 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
   for (auto _ : st) one();
 }
 
+// With KILN_GPU_BENCH_TILES=1, one BM_gpu_matmul_f16_tile/<tile>/<shape> per tensor-core tile and
+// fragment shape.
+[[maybe_unused]] const bool kTileBenchmarks = [] {
+  const char* v = std::getenv("KILN_GPU_BENCH_TILES");
+  if (!v || std::strcmp(v, "1") != 0) return false;
+  for (const char* tile : {"128x128", "128x128_w64x32", "128x256", "128x256_k32", "64x64"})
+    for (const char* shape : {"16x8x16", "16x16x16", "16x8x8"})
+      benchmark::RegisterBenchmark(
+          fmt::format("BM_gpu_matmul_f16_tile/{}/{}", tile, shape).c_str(),
+          [tile, shape](benchmark::State& st) { BM_gpu_matmul_f16_tile(st, tile, shape); })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+  return true;
+}();
+
 }  // namespace
 
 BENCHMARK(BM_gpu_matmul_f32)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gpu_matmul_f16)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_add_1gib)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_chain_1000)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_mlp_adam_step)->Unit(benchmark::kMillisecond)->UseRealTime();

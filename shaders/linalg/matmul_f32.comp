@@ -6,16 +6,37 @@
 // invocation held in registers, K in steps of 8 through double-buffered shared memory: the next
 // tiles are fetched into registers while the current ones are multiplied (one barrier per step).
 // Loads are scalar and bounds-checked (zero fill), so any M, N, K and strides work.
+// The KILN_16BIT variants are the plain float16 / bfloat16 GEMM (kBfloat picks the format): the
+// same kernel over 16-bit buffers, each element converted to float32 as it is fetched (bfloat16 by
+// a shift), products accumulated in float32, and the result rounded to nearest even once, after
+// the epilogue, as the CPU's GEMM does (core/cpu/gemm.cpp computes 16-bit GEMMs in float32 buffers).
 // kiln-variant: matmul_f32_t128 -DTILE=128 -DTM=8
 // kiln-variant: matmul_f32_t64 -DTILE=64 -DTM=4
+// kiln-variant: matmul_h16_t128 -DTILE=128 -DTM=8 -DKILN_16BIT
+// kiln-variant: matmul_h16_t64 -DTILE=64 -DTM=4 -DKILN_16BIT
 #extension GL_EXT_control_flow_attributes : require
+#ifdef KILN_16BIT
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_shader_16bit_storage : require
+#include "../common/dtype_convert.glsl"
+layout(constant_id = 1) const bool kBfloat = false;
+#define STORE_T uint16_t
+// 16-bit values may not be function arguments without 16-bit arithmetic: widen with uint() first.
+float kiln_load16(uint bits) { return kBfloat ? kiln_bfloat_to_float(bits) : kiln_half_to_float(bits); }
+#define ELEM_LOAD(v) kiln_load16(uint(v))
+#define ELEM_STORE(v) uint16_t(kBfloat ? kiln_float_to_bfloat(v) : kiln_float_to_half(v))
+#else
+#define STORE_T float
+#define ELEM_LOAD(v) (v)
+#define ELEM_STORE(v) (v)
+#endif
 
 layout(local_size_x = 256) in;
 
-layout(std430, set = 0, binding = 0) readonly buffer MatA { float A[]; };
-layout(std430, set = 0, binding = 1) readonly buffer MatB { float B[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer MatC { float C[]; };
-layout(std430, set = 0, binding = 3) readonly buffer MatD { float D[]; };
+layout(std430, set = 0, binding = 0) readonly buffer MatA { STORE_T A[]; };
+layout(std430, set = 0, binding = 1) readonly buffer MatB { STORE_T B[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer MatC { STORE_T C[]; };
+layout(std430, set = 0, binding = 3) readonly buffer MatD { STORE_T D[]; };
 
 layout(push_constant) uniform Push {
   uint M, N, K;
@@ -50,9 +71,9 @@ void main() {
   [[unroll]] for (uint l = 0; l < LOADS; ++l) {                                      \
     const uint e = tid + l * 256;                                                    \
     const uint am = bm + e / BK, ak = (k0) + e % BK;                                 \
-    ra[l] = (am < p.M && ak < p.K) ? A[a_base + am * p.a_row_stride + ak * p.a_col_stride] : 0.0; \
+    ra[l] = (am < p.M && ak < p.K) ? ELEM_LOAD(A[a_base + am * p.a_row_stride + ak * p.a_col_stride]) : 0.0; \
     const uint bk = (k0) + e / TILE, bnn = bn + e % TILE;                            \
-    rb[l] = (bk < p.K && bnn < p.N) ? B[b_base + bk * p.b_row_stride + bnn * p.b_col_stride] : 0.0; \
+    rb[l] = (bk < p.K && bnn < p.N) ? ELEM_LOAD(B[b_base + bk * p.b_row_stride + bnn * p.b_col_stride]) : 0.0; \
   }
 #define KILN_STORE(buf)                                                               \
   [[unroll]] for (uint l = 0; l < LOADS; ++l) {                                      \
@@ -108,9 +129,9 @@ void main() {
           float v = acc[ga * 4 + i][gb][j];
           if (epilogue) {
             v *= p.alpha;
-            if (p.beta != 0.0) v = fma(p.beta, D[d_base + row * p.d_row_stride + col * p.d_col_stride], v);
+            if (p.beta != 0.0) v = fma(p.beta, ELEM_LOAD(D[d_base + row * p.d_row_stride + col * p.d_col_stride]), v);
           }
-          C[c_base + row * p.c_row_stride + col] = v;
+          C[c_base + row * p.c_row_stride + col] = ELEM_STORE(v);
         }
     }
 }

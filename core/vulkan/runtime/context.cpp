@@ -155,7 +155,56 @@ uint32_t select_device(const VulkanApi& api, VkInstance instance, const ContextO
   return static_cast<uint32_t>(best);
 }
 
-DeviceCaps read_caps(const VulkanApi& api, VkPhysicalDevice pd) {
+bool has_extension(const VulkanApi& api, VkInstance instance, VkPhysicalDevice pd, const char* name) {
+  auto enumerate = reinterpret_cast<PFN_vkEnumerateDeviceExtensionProperties>(
+      api.vkGetInstanceProcAddr(instance, "vkEnumerateDeviceExtensionProperties"));
+  if (!enumerate) return false;
+  uint32_t n = 0;
+  if (enumerate(pd, nullptr, &n, nullptr) != VK_SUCCESS) return false;
+  std::vector<VkExtensionProperties> list(n);
+  if (enumerate(pd, nullptr, &n, list.data()) != VK_SUCCESS) return false;
+  list.resize(n);
+  return std::ranges::any_of(
+      list, [&](const VkExtensionProperties& e) { return std::strcmp(e.extensionName, name) == 0; });
+}
+
+// VK_NV_cooperative_matrix's float16 x float16 + float32 subgroup shapes, when the device offers the
+// extension with its feature in compute shaders; empty otherwise.
+std::vector<CoopmatShape> coopmat_f16_shapes(const VulkanApi& api, VkInstance instance, VkPhysicalDevice pd) {
+  if (!has_extension(api, instance, pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) return {};
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV feature{};
+  feature.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+  VkPhysicalDeviceFeatures2 f{};
+  f.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+  f.pNext = &feature;
+  api.vkGetPhysicalDeviceFeatures2(pd, &f);
+  VkPhysicalDeviceCooperativeMatrixPropertiesNV props{};
+  props.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+  VkPhysicalDeviceProperties2 p{};
+  p.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+  p.pNext = &props;
+  api.vkGetPhysicalDeviceProperties2(pd, &p);
+  auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+      api.vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+  if (!feature.cooperativeMatrix || !(props.cooperativeMatrixSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ||
+      !get)
+    return {};
+  uint32_t n = 0;
+  if (get(pd, &n, nullptr) != VK_SUCCESS) return {};
+  std::vector<VkCooperativeMatrixPropertiesNV> list(n, VkCooperativeMatrixPropertiesNV{});
+  for (auto& e : list) e.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+  if (get(pd, &n, list.data()) != VK_SUCCESS) return {};
+  list.resize(n);
+  std::vector<CoopmatShape> shapes;
+  for (const auto& e : list)
+    if (e.AType == VK_COMPONENT_TYPE_FLOAT16_NV && e.BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+        e.CType == VK_COMPONENT_TYPE_FLOAT32_NV && e.DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+        e.scope == VK_SCOPE_SUBGROUP_NV)
+      shapes.push_back({e.MSize, e.NSize, e.KSize});
+  return shapes;
+}
+
+DeviceCaps read_caps(const VulkanApi& api, VkInstance instance, VkPhysicalDevice pd, bool coopmat) {
   DeviceCaps c;
   VkPhysicalDeviceVulkan11Properties p11{};
   p11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_PROPERTIES;
@@ -194,6 +243,10 @@ DeviceCaps read_caps(const VulkanApi& api, VkPhysicalDevice pd) {
   c.timeline_semaphore = f.f12.timelineSemaphore;
   c.buffer_device_address = f.f12.bufferDeviceAddress;
   c.vulkan_memory_model = f.f12.vulkanMemoryModel;
+  if (coopmat) {
+    c.coopmat_f16_shapes = coopmat_f16_shapes(api, instance, pd);
+    c.coopmat_nv = !c.coopmat_f16_shapes.empty();
+  }
 
   VkPhysicalDeviceMemoryProperties mem;
   api.vkGetPhysicalDeviceMemoryProperties(pd, &mem);
@@ -231,6 +284,7 @@ ContextOptions ContextOptions::from_env() {
   }
   o.cache_dir = default_cache_dir().string();
   o.force_staging = env_flag("KILN_VULKAN_FORCE_STAGING");
+  o.disable_coopmat = env_flag("KILN_VULKAN_DISABLE_COOPMAT");
   return o;
 }
 
@@ -286,7 +340,7 @@ Context::Context(const ContextOptions& options) : options_(options) {
     api_->load_instance(instance_);
     std::vector<VkPhysicalDevice> devices;
     physical_ = devices[select_device(*api_, instance_, options, devices)];
-    caps_ = read_caps(*api_, physical_);
+    caps_ = read_caps(*api_, instance_, physical_, !options.disable_coopmat);
     if (options.force_staging) caps_.unified_memory = false;
 
     uint32_t n = 0;
@@ -312,6 +366,16 @@ Context::Context(const ContextOptions& options) : options_(options) {
     enabled.features.features.shaderInt64 = caps_.int64;
     enabled.features.features.shaderFloat64 = caps_.float64;
     enabled.f12.storageBuffer8BitAccess = caps_.storage8;
+    // Cooperative matrices (float16 GEMMs on tensor cores): the extension and its feature.
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{};
+    coopmat.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+    std::vector<const char*> extensions;
+    if (caps_.coopmat_nv) {
+      coopmat.cooperativeMatrix = VK_TRUE;
+      coopmat.pNext = enabled.features.pNext;
+      enabled.features.pNext = &coopmat;
+      extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    }
 
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue_info{};
@@ -324,6 +388,8 @@ Context::Context(const ContextOptions& options) : options_(options) {
     device_info.pNext = &enabled.features;
     device_info.queueCreateInfoCount = 1;
     device_info.pQueueCreateInfos = &queue_info;
+    device_info.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
+    device_info.ppEnabledExtensionNames = extensions.data();
     check(api_->vkCreateDevice(physical_, &device_info, nullptr, &device_), "vkCreateDevice");
     api_->load_device(device_);
     api_->vkGetDeviceQueue(device_, queue_family_, 0, &queue_);

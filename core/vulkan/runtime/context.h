@@ -24,8 +24,17 @@ struct ContextOptions {
   int device_index = -1;                  ///< KILN_VULKAN_DEVICE=<i>: this device, whatever its type
   std::string cache_dir;                  ///< KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln
   bool force_staging = false;             ///< KILN_VULKAN_FORCE_STAGING=1: never map device memory
+  /// KILN_VULKAN_DISABLE_COOPMAT=1: leave VK_NV_cooperative_matrix off (the plain GEMM kernels run)
+  bool disable_coopmat = false;
   /// The options the environment asks for.
   static ContextOptions from_env();
+};
+
+/// A cooperative-matrix shape for float16 x float16 + float32 -> float32 at subgroup scope
+/// (VK_NV_cooperative_matrix): A is m x k, B k x n, the accumulator m x n.
+struct CoopmatShape {
+  uint32_t m = 0, n = 0, k = 0;
+  bool operator==(const CoopmatShape&) const = default;
 };
 
 /// What the device offers, recorded once for kernels to choose variants from. Kernels must read
@@ -50,6 +59,10 @@ struct DeviceCaps {
   bool timeline_semaphore = false, buffer_device_address = false, vulkan_memory_model = false;
   /// Device-local memory is host-visible and coherent, so buffers are mapped (zero copy).
   bool unified_memory = false;
+  /// VK_NV_cooperative_matrix is enabled (the device offers it for compute shaders and the options
+  /// did not turn it off), with these float16 shapes in the driver's order.
+  bool coopmat_nv = false;
+  std::vector<CoopmatShape> coopmat_f16_shapes;
   bool is_cpu() const { return type == VK_PHYSICAL_DEVICE_TYPE_CPU; }
 };
 
@@ -92,6 +105,13 @@ class Context {
   VkPhysicalDevice physical_device() const { return physical_; }
   const DeviceCaps& caps() const { return caps_; }
   const ContextOptions& options() const { return options_; }
+  /// Whether float16 GEMMs may run on cooperative matrices (tensor cores): VK_NV_cooperative_matrix
+  /// with a float16 shape, float16 arithmetic, 16-bit storage, the Vulkan memory model, and
+  /// subgroups of 32 (what shaders/linalg/matmul_f16_coopmat.comp assumes).
+  bool has_coopmat_f16() const {
+    return caps_.coopmat_nv && !caps_.coopmat_f16_shapes.empty() && caps_.float16 && caps_.storage16 &&
+           caps_.vulkan_memory_model && caps_.subgroup_size == 32;
+  }
   DeviceAllocator& allocator() { return *allocator_; }
   /// Host-visible memory for uploads and readbacks through a copy.
   DeviceAllocator& staging_allocator() { return *staging_; }
