@@ -50,6 +50,15 @@ TEST_F(GpuLinalg, LinearMatchesTheCpuWithAndWithoutBias) {
   const Array w = slice(big_w, {0, 0}, {30, 80}, {2, 2});  // (15, 40), strides (160, 2)
   expect_close(linear(xt, w, random_array({15}, 6), Device::gpu),
                linear(xt, w, random_array({15}, 6), Device::cpu), 1e-5, 1e-5, "strided");
+  // Leading dims that do not merge into rows (a [tokens, batch, features] view of a
+  // [batch, tokens, features] array), in float32 and float64 (the 8-byte copy path).
+  for (Dtype t : {float32, float64}) {
+    if (t == float64 && !ctx().caps().float64) continue;
+    const Array xs = swapaxes(random_array({5, 3, 40}, 10, t), 0, 1), ws = random_array({15, 40}, 11, t);
+    expect_close(linear(xs, ws, random_array({15}, 12, t), Device::gpu),
+                 linear(xs, ws, random_array({15}, 12, t), Device::cpu), 1e-5, 1e-5,
+                 "unmergeable rows " + std::string(dtype_name(t)));
+  }
 }
 
 TEST_F(GpuLinalg, LinearGradientsMatchTheCpu) {

@@ -158,6 +158,27 @@ void keyed_elementwise(std::string_view body, Dtype compute, const Array& keys, 
                   vk::glsl_value_type(compute), body));
 }
 
+namespace {
+// A GEMM operand: v with its first `batch` dims merged into one. The GEMM takes no negative strides
+// (flipped views), and record_copy moves no 8-byte elements: such operands, and float64 ones whose
+// batch dims do not merge, go through a row-major temporary written by the generated copy kernel
+// first; others whose batch dims do not merge (attention's head views) through record_copy.
+vk::GpuView gemm_operand(vk::GpuView v, size_t batch, const char* op) {
+  const bool negative = std::ranges::any_of(v.strides, [](int64_t st) { return st < 0; });
+  if (vk::numel(v.shape) == 0) {  // nothing is read: any strides do
+    v = vk::GpuView::contiguous(v.buffer, v.dtype, v.shape);
+  } else if (negative || (size_of(v.dtype) == 8 && batch > 1 && !vk::merged_stride(v, 0, batch))) {
+    vk::GpuView dense =
+        vk::GpuView::contiguous(vk::context().allocator().allocate(static_cast<size_t>(vk::numel(v.shape)) *
+                                                                   static_cast<size_t>(size_of(v.dtype))),
+                                v.dtype, v.shape);
+    record_generated("x0", v.dtype, {&v, 1}, dense);
+    v = std::move(dense);
+  }
+  return merge_leading_or_copy(std::move(v), batch, op);
+}
+}  // namespace
+
 void matmul(const Array& a, const Array& b, Array& out, const Array* addend, float alpha, float beta) {
   allocate(out);
   if (out.size() == 0) return;
@@ -167,23 +188,8 @@ void matmul(const Array& a, const Array& b, Array& out, const Array* addend, flo
   Shape as(s.begin(), s.end() - 2), bs = as;
   as.insert(as.end(), {s[batch], k});
   bs.insert(bs.end(), {k, s[batch + 1]});
-  // The GEMM takes no negative strides (flipped views), and record_copy moves no 8-byte elements:
-  // such operands, and float64 ones whose batch dims do not merge, go through a row-major
-  // temporary written by the generated copy kernel first.
   auto operand = [&](const Array& x, const Shape& shape) {
-    vk::GpuView v = broadcast_view(x, shape);
-    const bool negative = std::ranges::any_of(v.strides, [](int64_t st) { return st < 0; });
-    if (vk::numel(v.shape) == 0) {  // nothing is read: any strides do
-      v = vk::GpuView::contiguous(v.buffer, v.dtype, v.shape);
-    } else if (negative || (size_of(v.dtype) == 8 && batch > 1 && !vk::merged_stride(v, 0, batch))) {
-      vk::GpuView dense =
-          vk::GpuView::contiguous(vk::context().allocator().allocate(static_cast<size_t>(vk::numel(v.shape)) *
-                                                                     static_cast<size_t>(size_of(v.dtype))),
-                                  v.dtype, v.shape);
-      record_generated("x0", v.dtype, {&v, 1}, dense);
-      v = std::move(dense);
-    }
-    return merge_leading_or_copy(std::move(v), batch, "matmul");
+    return gemm_operand(broadcast_view(x, shape), batch, "matmul");
   };
   std::optional<vk::GpuView> d;
   if (addend && beta != 0.0f) d = operand(*addend, s);
@@ -196,9 +202,9 @@ void linear(const Array& x, const Array& w, const Array* bias, Array& out) {
   allocate(out);
   if (out.size() == 0) return;
   const int64_t units = w.shape(0), rows = out.size() / units;
-  // x as [rows, in] (its leading dims merged), w^T as the [in, units] view of w, the bias
-  // broadcast over the rows.
-  vk::GpuView xv = merge_leading(vk::array_view(x), x.shape().size() - 1, "linear");
+  // x as [rows, in] (its leading dims merged, through a copy where they do not: a transposed
+  // [tokens, batch, ...] view), w^T as the [in, units] view of w, the bias broadcast over the rows.
+  const vk::GpuView xv = gemm_operand(vk::array_view(x), x.shape().size() - 1, "linear");
   vk::GpuView wt = vk::array_view(w);
   std::swap(wt.shape[0], wt.shape[1]);
   std::swap(wt.strides[0], wt.strides[1]);
