@@ -14,6 +14,7 @@
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/ops/conv.h"
 #include "kiln/core/ops/creation.h"
+#include "kiln/core/ops/fused_norm.h"
 #include "kiln/core/ops/index.h"
 #include "kiln/core/ops/linalg.h"
 #include "kiln/core/ops/pooling.h"

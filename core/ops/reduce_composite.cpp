@@ -1,10 +1,12 @@
 // Reductions built from other ops, whose gradients come from the parts: var, std, logsumexp, softmax
 // and log_softmax. float16/bfloat16 inputs are computed in float32 and rounded once at the end:
 // squared deviations and sums of exponentials overflow float16 long before the result does.
+// softmax and log_softmax along the last axis alone are one fused primitive (fused_norm.cpp).
 #include <algorithm>
 
 #include "kiln/core/ops/binary.h"
 #include "kiln/core/ops/cast.h"
+#include "kiln/core/ops/fused_norm.h"
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/ops/ternary.h"
@@ -28,6 +30,9 @@ Precision precision_of(Dtype t) {
 }
 
 Array to_result(const Array& r, Dtype t, StreamOrDevice s) { return r.dtype() == t ? r : astype(r, t, s); }
+
+// The fused kernels normalize the last axis; the composite takes any other set of axes.
+bool is_last_axis(const Axes& axes, int ndim) { return axes.size() == 1 && axes[0] == ndim - 1; }
 
 int64_t count_over(const Shape& shape, const Axes& axes) {
   int64_t n = 1;
@@ -103,6 +108,7 @@ Array softmax(const Array& a, const Axes& axes, StreamOrDevice s) {
   check_valid("softmax", a);
   const Axes ax = normalize_axes("softmax", axes, a.ndim());
   const auto [compute, result] = precision_of(a.dtype());
+  if (is_last_axis(ax, a.ndim())) return detail::softmax_last_axis(to_result(a, result, s), false, s);
   const Array x = astype(a, compute, s);
   if (x.size() == 0 || ax.empty()) return to_result(exp(subtract(x, x, s), s), result, s);
   const Array e = exp(subtract(x, stop_gradient(max(x, ax, true, s), s), s), s);
@@ -114,6 +120,7 @@ Array log_softmax(const Array& a, const Axes& axes, StreamOrDevice s) {
   check_valid("log_softmax", a);
   const Axes ax = normalize_axes("log_softmax", axes, a.ndim());
   const auto [compute, result] = precision_of(a.dtype());
+  if (is_last_axis(ax, a.ndim())) return detail::softmax_last_axis(to_result(a, result, s), true, s);
   const Array x = astype(a, compute, s);
   if (x.size() == 0 || ax.empty()) return to_result(subtract(x, x, s), result, s);
   // (x - m) - log(sum(exp(x - m))) rather than x - logsumexp: x - m is exact, so the result keeps

@@ -24,10 +24,14 @@ class CompileInput final : public PrimitiveWithParams<CompileInput> {
   using PrimitiveWithParams::PrimitiveWithParams;
   const char* name() const override { return "CompileInput"; }
   auto params() const { return std::tuple<>(); }
-  void eval_cpu(std::span<const Array>, std::span<Array>) const override {
-    throw ValueError::of("compile",
-                         "a compiled function read the values of its inputs while being traced (item, data, "
-                         "eval, printing); compile functions whose graph does not depend on input values");
+  void eval_cpu(std::span<const Array>, std::span<Array>) const override { throw read_while_tracing(); }
+  void eval_gpu(std::span<const Array>, std::span<Array>) const override { throw read_while_tracing(); }
+
+ private:
+  static ValueError read_while_tracing() {
+    return ValueError::of("compile",
+                          "a compiled function read the values of its inputs while being traced (item, data, "
+                          "eval, printing); compile functions whose graph does not depend on input values");
   }
 };
 

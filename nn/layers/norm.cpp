@@ -7,6 +7,7 @@
 #include "kiln/core/ops/binary.h"
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/ops/creation.h"
+#include "kiln/core/ops/fused_norm.h"
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/ops/unary.h"
@@ -50,6 +51,25 @@ Axes trailing_axes(const char* layer, const Array& x, const Shape& shape) {
   Axes axes(n);
   std::iota(axes.begin(), axes.end(), x.ndim() - n);
   return axes;
+}
+
+// LayerNorm and RMSNorm run as one fused kernel over rows of the normalized_shape's size
+// (core/ops/fused_norm.h): x as (..., prod(normalized_shape)) in `dtype`, parameters flattened.
+Array as_rows(const Array& x, const Shape& normalized_shape, Dtype dtype) {
+  Shape rows(x.shape().begin(), x.shape().end() - static_cast<long>(normalized_shape.size()));
+  rows.push_back(shape_size(normalized_shape));
+  return reshape(astype(x, dtype), rows);
+}
+Array flat_param(const Array& p) { return p.ndim() == 1 ? p : reshape(p, {p.size()}); }
+// The fused kernels keep x's dtype and apply the parameters in their precision: float16/bfloat16
+// input is normalized in float32 and comes back in its dtype (as PyTorch's kernels); otherwise the
+// result has the promoted dtype of x and the parameters, as the formula written out would.
+Dtype result_dtype(const Array& x, const Array& w, const Array& b) {
+  if (is_low_precision(x.dtype())) return x.dtype();
+  Dtype t = x.dtype();
+  if (w.valid()) t = promote_types(t, w.dtype());
+  if (b.valid()) t = promote_types(t, b.dtype());
+  return t;
 }
 
 // (C) -> (1, C, 1, ...) for input of rank `ndim`.
@@ -193,12 +213,11 @@ LayerNorm::LayerNorm(Shape normalized_shape, LayerNormOptions o)
 
 Array LayerNorm::operator()(const Array& x) const {
   check_float("LayerNorm", x);
-  const Axes axes = trailing_axes("LayerNorm", x, shape_);
-  const Array xc = compute_input(x);
-  Array y = (xc - mean(xc, axes, true)) * rsqrt(var(xc, axes, true) + eps_);
-  if (weight.has_value()) y = y * weight.value();
-  if (bias.has_value()) y = y + bias.value();
-  return is_low_precision(x.dtype()) ? astype(y, x.dtype()) : y;
+  trailing_axes("LayerNorm", x, shape_);
+  const Array w = weight.has_value() ? flat_param(weight.value()) : Array();
+  const Array b = bias.has_value() ? flat_param(bias.value()) : Array();
+  const Array rows = as_rows(x, shape_, result_dtype(x, w, b));
+  return reshape(layer_norm(rows, w, b, eps_), x.shape());
 }
 
 // ---- RMSNorm
@@ -212,12 +231,11 @@ RMSNorm::RMSNorm(Shape normalized_shape, RMSNormOptions o)
 
 Array RMSNorm::operator()(const Array& x) const {
   check_float("RMSNorm", x);
-  const Axes axes = trailing_axes("RMSNorm", x, shape_);
-  const Array xc = compute_input(x);
+  trailing_axes("RMSNorm", x, shape_);
   const double eps = eps_ ? *eps_ : machine_epsilon(x.dtype());
-  Array y = xc * rsqrt(mean(square(xc), axes, true) + eps);
-  if (weight.has_value()) y = y * weight.value();
-  return is_low_precision(x.dtype()) ? astype(y, x.dtype()) : y;
+  const Array w = weight.has_value() ? flat_param(weight.value()) : Array();
+  const Array rows = as_rows(x, shape_, result_dtype(x, w, Array()));
+  return reshape(rms_norm(rows, w, eps), x.shape());
 }
 
 // ---- GroupNorm

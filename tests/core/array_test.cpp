@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "support/device.h"
 #include "support/op_test.h"
 
 namespace kiln {
@@ -306,17 +307,25 @@ TEST(ArrayGraph, MillionOpChainIsReleasedWithoutRecursion) {
 TEST(ArrayMemory, DonationReusesTheBufferOfAnUnnamedTemporary) {
   // exp(exp(negative(src))): the temporary and the inner exp are referenced only by their consumer,
   // so each exp may compute in place. Live buffers stay at src plus one, not src plus two.
+  // Counted where the default device keeps arrays (test::default_device_memory): src is an op's
+  // result so that it lives there before `base` is taken.
   const int64_t n = 1 << 20;
-  const Array src = test::random_array({n}, float32, 3);
+  const Array src = test::random_array({n}, float32, 3) * 1.0f;
   const std::vector<double> in = src.to_vector<double>();
   clear_cache();
-  const size_t base = memory_stats().active_bytes;
+  const size_t base = test::default_device_memory().active_bytes;
   reset_peak_memory();
   Array y = exp(exp(negative(src)));
   y.eval();
   const size_t buffer = n * sizeof(float);
-  EXPECT_LT(memory_stats().peak_bytes - base, buffer + buffer / 2);
-  EXPECT_EQ(memory_stats().active_bytes - base, buffer);
+  if (test::gpu_default()) {
+    // The GPU keeps every buffer of one evaluation until its submit completes (recorder.h) and
+    // does not donate: the three results are live together at the peak.
+    EXPECT_LE(test::default_device_memory().peak_bytes - base, 3 * buffer);
+  } else {
+    EXPECT_LT(test::default_device_memory().peak_bytes - base, buffer + buffer / 2);
+  }
+  EXPECT_EQ(test::default_device_memory().active_bytes - base, buffer);
   std::vector<double> want(in.size());
   for (size_t i = 0; i < in.size(); ++i) want[i] = std::exp(std::exp(-in[i]));
   test::expect_close(y, want, 2e-6, 0);

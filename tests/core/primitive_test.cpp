@@ -43,9 +43,11 @@ class SinCos final : public PrimitiveWithParams<SinCos> {
   double scale_;
 };
 
+// SinCos has no eval_gpu, so it runs on the CPU whatever the default device is; in the gpu. pass
+// its inputs and the rest of each graph (the vjp's ops) are on the GPU.
 std::vector<Array> sincos(const Array& x, double scale = 1.0) {
   return Array::make_many({x.shape(), x.shape()}, {float64, float64},
-                          std::make_shared<SinCos>(to_stream({}), scale), {x});
+                          std::make_shared<SinCos>(to_stream(Device::cpu), scale), {x});
 }
 
 TEST(CustomPrimitive, BothOutputsComputedInOnePass) {

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <numbers>
+#include <string_view>
 
+#include "support/device.h"
 #include "support/op_test.h"
 
 namespace kiln {
@@ -111,6 +113,17 @@ double ulps(float got, double exact) {
          (ulp > 0 ? ulp : std::numeric_limits<float>::denorm_min());
 }
 
+// On the GPU, float32 exp and tanh are the driver's (shaders/common/elementwise_ops.glsl), held to
+// Vulkan's precision rather than the CPU formulas' bounds: exp within 3 + 2|x| ulps; sigmoid,
+// exp(-|x|) / (1 + exp(-|x|)), two roundings more; tanh, whose precision Vulkan inherits from
+// (e^2x - 1) / (e^2x + 1), within 2^-21 absolute (near 0 that formula cancels: no relative bound).
+// The error over the allowed error at x, for the case named.
+double gpu_error_ratio(std::string_view name, float x, float got, double exact) {
+  const double ax = std::abs(static_cast<double>(x));
+  if (name == "tanh") return std::abs(static_cast<double>(got) - exact) / 0x1p-21;
+  return ulps(got, exact) / ((name == "exp" ? 3.0 : 5.0) + 2.0 * ax);
+}
+
 // The float32 vector formulas (exp, tanh, sigmoid) over a dense sweep of their interesting range
 // plus their edges, against libm in float64.
 TEST(Unary, Float32FastPathsStayWithinTheirUlpBounds) {
@@ -121,8 +134,8 @@ TEST(Unary, Float32FastPathsStayWithinTheirUlpBounds) {
     const char* name;
     Array (*op)(const Array&, StreamOrDevice);
     double (*ref)(double);
-    double lo, hi;  // where the float32 result is a normal number
-    double max_ulps;
+    double lo, hi;    // where the float32 result is a normal number
+    double max_ulps;  // on the CPU (kiln's own formulas)
   };
   const Case cases[] = {
       {"exp", exp, [](double v) { return std::exp(v); }, -87.0, 88.0, 1.0},
@@ -132,14 +145,16 @@ TEST(Unary, Float32FastPathsStayWithinTheirUlpBounds) {
   const Array x(xs, {static_cast<int64_t>(xs.size())});
   for (const Case& c : cases) {
     const std::vector<float> got = c.op(x, {}).to_vector<float>();
-    double worst = 0;
+    double worst = 0;  // the error over the allowed error
     float worst_at = 0;
     for (size_t i = 0; i < xs.size(); ++i) {
       if (xs[i] < c.lo || xs[i] > c.hi) continue;
-      const double e = ulps(got[i], c.ref(xs[i]));
+      const double exact = c.ref(xs[i]);
+      const double e = test::gpu_default() ? gpu_error_ratio(c.name, xs[i], got[i], exact)
+                                           : ulps(got[i], exact) / c.max_ulps;
       if (e > worst) worst = e, worst_at = xs[i];
     }
-    EXPECT_LE(worst, c.max_ulps) << c.name << ": worst at x = " << worst_at;
+    EXPECT_LE(worst, 1.0) << c.name << ": worst at x = " << worst_at << " (error / allowed error)";
   }
   const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
   const Array edges({-inf, inf, nan, 100.0f, -200.0f});
