@@ -7,8 +7,10 @@
 // the end of eval, and earlier only where the host needs GPU results: before a CPU primitive reads
 // a GPU-only buffer, and before this thread waits for a node another thread is computing (which
 // might in turn wait for one of ours).
+#include <algorithm>
+#include <cstdint>
 #include <mutex>
-#include <unordered_set>
+#include <vector>
 
 #include "kiln/core/array.h"
 #include "kiln/core/primitive.h"
@@ -22,11 +24,44 @@ thread_local int tls_trace_depth = 0;
 
 bool is_done(const ArrayNode& n) { return n.state.load(std::memory_order_acquire) == NodeState::available; }
 
+// Nodes already met by build_tape: open addressing over pointers (a node per entry, as
+// std::unordered_set allocates, costs more than the rest of the walk for a long chain).
+class NodeSet {
+ public:
+  // Adds p; returns false when it was there already.
+  bool insert(const ArrayNode* p) {
+    if (2 * (count_ + 1) > slots_.size()) grow();
+    const ArrayNode*& slot = slots_[index(p)];
+    if (slot == p) return false;
+    slot = p;
+    ++count_;
+    return true;
+  }
+  bool contains(const ArrayNode* p) const { return !slots_.empty() && slots_[index(p)] == p; }
+
+ private:
+  // The slot holding p, or the free slot where it would go.
+  size_t index(const ArrayNode* p) const {
+    const size_t mask = slots_.size() - 1;
+    size_t i = (reinterpret_cast<uintptr_t>(p) >> 4) * 0x9e3779b97f4a7c15ull >> 32 & mask;
+    while (slots_[i] != nullptr && slots_[i] != p) i = (i + 1) & mask;
+    return i;
+  }
+  void grow() {
+    std::vector<const ArrayNode*> old(std::max<size_t>(64, slots_.size() * 2), nullptr);
+    old.swap(slots_);
+    for (const ArrayNode* p : old)
+      if (p) slots_[index(p)] = p;
+  }
+  std::vector<const ArrayNode*> slots_;  // a power of two in size, at most half used
+  size_t count_ = 0;
+};
+
 // Post-order DFS with an explicit stack. A node is expanded once; since the graph is acyclic, a
 // node met again after expansion is already in the tape.
 std::vector<std::shared_ptr<ArrayNode>> build_tape(std::span<const Array> outputs) {
   std::vector<std::shared_ptr<ArrayNode>> tape;
-  std::unordered_set<const ArrayNode*> seen;
+  NodeSet seen;
   struct Frame {
     std::shared_ptr<ArrayNode> node;
     bool expanded;
@@ -41,7 +76,7 @@ std::vector<std::shared_ptr<ArrayNode>> build_tape(std::span<const Array> output
       stack.pop_back();
       continue;
     }
-    if (is_done(*f.node) || !seen.insert(f.node.get()).second) {
+    if (is_done(*f.node) || !seen.insert(f.node.get())) {
       stack.pop_back();
       continue;
     }
@@ -50,7 +85,7 @@ std::vector<std::shared_ptr<ArrayNode>> build_tape(std::span<const Array> output
     std::lock_guard lock(node->lock);
     for (size_t i = node->inputs.size(); i-- > 0;) {
       const Array& in = node->inputs[i];
-      if (!is_done(in.node()) && !seen.count(&in.node())) stack.push_back({in.node_ptr(), false});
+      if (!is_done(in.node()) && !seen.contains(&in.node())) stack.push_back({in.node_ptr(), false});
     }
   }
   return tape;
@@ -75,6 +110,7 @@ void release_claims(std::vector<Deferred>& deferred) noexcept {
 void publish(ArrayNode& n, bool keep_graph);
 
 void publish_outputs(const std::shared_ptr<ArrayNode>& node, bool keep) {
+  if (!node->group) return publish(*node, keep);  // a single output: no list of outputs to build
   for (Array& o : Array(node).outputs()) publish(o.node(), keep);
   if (const std::shared_ptr<SiblingGroup>& group = node->group) {
     group->state.store(NodeState::available, std::memory_order_release);

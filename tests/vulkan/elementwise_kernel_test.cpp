@@ -195,6 +195,46 @@ TEST_F(ElementwiseKernels, PackedOutputsKeepTheirNeighbours) {
   }
 }
 
+// Dispatches of a million invocations or more have each invocation loop over several elements
+// (or packed words): every element is written once, strided inputs are walked right, and packed
+// outputs at an offset keep the bytes beside them.
+TEST_F(ElementwiseKernels, LargeArraysLoopOverSeveralElementsPerInvocation) {
+  const int64_t rows = 1031, cols = 1029;  // 1060899 elements: past 2^20, not a multiple of anything
+  const int64_t n = rows * cols;
+  const Bytes a = random_bytes(float32, n, 41), b = random_bytes(float32, n, 42);
+  // b read transposed: [rows, cols] with strides (1, rows).
+  const GpuView out = output(float32, {rows, cols});
+  run({{float32, float32}, float32, float32, "x0 * 0.5 - x1"},
+      {view(a, float32, {rows, cols}), view(b, float32, {rows, cols}, {1, rows})}, out);
+  const Bytes got = read(out, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = i / cols, c = i % cols;
+    const double want = static_cast<double>(static_cast<float>(value_at(a, float32, i) * 0.5)) -
+                        value_at(b, float32, c * rows + r);
+    ASSERT_NEAR(value_at(got, float32, i), want, 1e-5 * std::abs(want) + 1e-6) << i;
+  }
+
+  ElementwiseFeatures packed = ElementwiseFeatures::of(ctx().caps());
+  packed.storage8 = packed.storage16 = false;
+  uint32_t seed = 43;
+  for (Dtype t : {uint8, float16}) {
+    const int64_t m = (int64_t{1} << 20) * (4 / size_of(t)) + 5, offset = 3, total = offset + m + 6;
+    const Bytes in = random_bytes(float32, m, seed++);
+    const Bytes before = random_bytes(t, total, seed++);
+    GpuView o = GpuView::contiguous(upload_vector(before), t, {m}, offset);
+    run({.inputs = {float32}, .compute = t, .out = t, .expr = "x0"}, {view(in, float32, {m})}, o, &packed);
+    const Bytes out_bytes = read(o, total);
+    const Bytes want = cpu_bytes(astype(cpu_array(in, float32, {m}), t, Device::cpu));
+    const int64_t w = size_of(t);
+    for (int64_t i = 0; i < total; ++i) {
+      const bool inside = i >= offset && i < offset + m;
+      const uint8_t* expect = inside ? want.data() + (i - offset) * w : before.data() + i * w;
+      ASSERT_EQ(std::memcmp(out_bytes.data() + i * w, expect, w), 0)
+          << dtype_name(t) << " at " << i << (inside ? "" : " (outside)");
+    }
+  }
+}
+
 struct ExprCase {
   const char* name;
   ElementwiseKernel kernel;

@@ -1,8 +1,11 @@
 #include "kiln/core/vulkan/runtime/elementwise.h"
 
+#include <array>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <shared_mutex>
+#include <string_view>
 #include <unordered_map>
 
 #include "kiln/core/error.h"
@@ -29,6 +32,7 @@ struct Variant {
   std::vector<Walk> walks;
   bool meta_in_buffer = false;  // the index words do not fit the push constants
   ElementwiseFeatures features;
+  bool operator==(const Variant&) const = default;
 };
 
 // Layout of the index words (push constants or a buffer): n, out offset, the inputs' offsets,
@@ -221,29 +225,33 @@ std::string generate(const ElementwiseKernel& k, const Variant& v, uint32_t meta
                      k.steps[i].expr);
   s += fmt::format("  return {}({});\n}}\n\n", to(k.out), k.expr);
 
-  s += "void main() {\n  const uint g = kiln_global_id();\n  const uint n = KILN_META(0);\n"
-       "  const uint base = KILN_META(1);\n";
+  // One invocation's work, then main() striding over the grid: a large dispatch has each
+  // invocation handle several elements (the host dispatches fewer groups), a small one one each.
+  s += "bool kiln_invocation(uint g) {\n  const uint n = KILN_META(0);\n  const uint base = KILN_META(1);\n";
   if (per == 1) {
-    s += "  if (g >= n) return;\n";
-    s += fmt::format("  out0[base + g] = {};\n}}\n", native_store(k.out, "kiln_element(g)"));
-    return s;
+    s += "  if (g >= n) return false;\n";
+    s += fmt::format("  out0[base + g] = {};\n  return true;\n}}\n", native_store(k.out, "kiln_element(g)"));
+  } else {
+    // Packed output: this invocation owns word w; elements of it outside [base, base + n) keep
+    // their bytes.
+    const uint32_t bits = 32 / per;
+    s += fmt::format(
+        "  const uint w = base / {0}u + g;\n"
+        "  const int first = int(w * {0}u) - int(base);\n"
+        "  if (first >= int(n)) return false;\n"
+        "  uint word = 0u;\n"
+        "  if (first < 0 || first + {0} > int(n)) word = out0[w];\n"
+        "  for (int e = 0; e < {0}; ++e) {{\n"
+        "    const int j = first + e;\n"
+        "    if (j < 0 || j >= int(n)) continue;\n"
+        "    word = bitfieldInsert(word, {1}, e * {2}, {2});\n"
+        "  }}\n"
+        "  out0[w] = word;\n  return true;\n}}\n",
+        per, stored_bits(k.out, "kiln_element(uint(j))"), bits);
   }
-  // Packed output: this invocation owns word w; elements of it outside [base, base + n) keep
-  // their bytes.
-  const uint32_t bits = 32 / per;
-  s += fmt::format(
-      "  const uint w = base / {0}u + g;\n"
-      "  const int first = int(w * {0}u) - int(base);\n"
-      "  if (first >= int(n)) return;\n"
-      "  uint word = 0u;\n"
-      "  if (first < 0 || first + {0} > int(n)) word = out0[w];\n"
-      "  for (int e = 0; e < {0}; ++e) {{\n"
-      "    const int j = first + e;\n"
-      "    if (j < 0 || j >= int(n)) continue;\n"
-      "    word = bitfieldInsert(word, {1}, e * {2}, {2});\n"
-      "  }}\n"
-      "  out0[w] = word;\n}}\n",
-      per, stored_bits(k.out, "kiln_element(uint(j))"), bits);
+  s += "\nvoid main() {\n"
+       "  const uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y * kWorkgroupSize;\n"
+       "  for (uint g = kiln_global_id(); kiln_invocation(g); g += stride) {}\n}\n";
   return s;
 }
 
@@ -254,48 +262,112 @@ void check_dtype(Dtype t, const ElementwiseFeatures& f, const DeviceCaps& caps) 
     throw NotImplemented::of(kOp, "float64 needs the device feature shaderFloat64", "{} lacks it", caps.name);
 }
 
-// Kernels by their text and variant; the ShaderCode belongs to glsl_compiler() and lives forever.
+// A hash of everything a compiled kernel depends on, built without allocating: looking a kernel
+// up is on the path of every elementwise dispatch.
+uint64_t mix(uint64_t h, uint64_t x) { return (h ^ (x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))); }
+uint64_t text_hash(std::string_view s) { return std::hash<std::string_view>{}(s); }
+
+uint64_t kernel_hash(const ElementwiseKernel& k, const Variant& v, uint32_t meta_words) {
+  uint64_t h = k.inputs.size();
+  for (Dtype t : k.inputs) h = mix(h, static_cast<uint64_t>(t));
+  h = mix(h, static_cast<uint64_t>(k.compute) | static_cast<uint64_t>(k.out) << 8 |
+                 static_cast<uint64_t>(v.rank) << 16 | static_cast<uint64_t>(meta_words) << 32);
+  for (Walk w : v.walks) h = mix(h, static_cast<uint64_t>(w));
+  const ElementwiseFeatures& f = v.features;
+  h = mix(h, uint64_t{f.storage8} | uint64_t{f.storage16} << 1 | uint64_t{f.int64} << 2 |
+                 uint64_t{f.float64} << 3 | uint64_t{v.meta_in_buffer} << 4);
+  h = mix(h, text_hash(k.expr));
+  h = mix(h, text_hash(k.helpers));
+  for (const ElementwiseStep& st : k.steps)
+    h = mix(mix(h, static_cast<uint64_t>(st.dtype)), text_hash(st.expr));
+  return h;
+}
+
+// Kernels by that hash (entries compared in full: equal hashes of different kernels are kept
+// apart); the ShaderCode belongs to glsl_compiler() and lives forever.
+struct CachedKernel {
+  ElementwiseKernel kernel;
+  Variant variant;
+  uint32_t meta_words;
+  const ShaderCode* code;
+};
 struct KernelCache {
   std::shared_mutex mutex;  // guards map
-  std::unordered_map<std::string, const ShaderCode*> map;
+  std::unordered_multimap<uint64_t, CachedKernel> map;
 };
 KernelCache& kernel_cache() {
   static KernelCache* cache = new KernelCache();  // never destroyed, as glsl_compiler()
   return *cache;
 }
 
-std::string cache_key(const ElementwiseKernel& k, const Variant& v, uint32_t meta_words) {
-  std::string key;
-  for (Dtype t : k.inputs) key += static_cast<char>('a' + static_cast<int>(t));
-  key += fmt::format("|{}|{}|{}|", static_cast<int>(k.compute), static_cast<int>(k.out), v.rank);
-  for (Walk w : v.walks) key += static_cast<char>('0' + static_cast<int>(w));
-  const ElementwiseFeatures& f = v.features;
-  key += fmt::format("|{}{}{}{}{}|{}|", f.storage8, f.storage16, f.int64, f.float64, v.meta_in_buffer,
-                     meta_words);
-  // Lengths first, so no text can imitate a field boundary.
-  key += fmt::format("{}:{}:{}:", k.expr.size(), k.helpers.size(), k.steps.size());
-  for (const ElementwiseStep& st : k.steps)
-    key += fmt::format("{}:{}:", static_cast<int>(st.dtype), st.expr.size());
-  key += k.expr;
-  key += k.helpers;
-  for (const ElementwiseStep& st : k.steps) key += st.expr;
-  return key;
+const ShaderCode* find_kernel(KernelCache& cache, uint64_t hash, const ElementwiseKernel& k, const Variant& v,
+                              uint32_t meta_words) {
+  auto [it, end] = cache.map.equal_range(hash);
+  for (; it != end; ++it)
+    if (it->second.meta_words == meta_words && it->second.variant == v && it->second.kernel == k)
+      return it->second.code;
+  return nullptr;
 }
 
 const ShaderCode& kernel_shader(Context& ctx, const ElementwiseKernel& k, const Variant& v,
                                 uint32_t meta_words) {
   KernelCache& cache = kernel_cache();
-  const std::string key = cache_key(k, v, meta_words);
+  const uint64_t hash = kernel_hash(k, v, meta_words);
   {
     std::shared_lock lock(cache.mutex);
-    auto it = cache.map.find(key);
-    if (it != cache.map.end()) return *it->second;
+    if (const ShaderCode* code = find_kernel(cache, hash, k, v, meta_words)) return *code;
   }
   const ShaderCode& code = compile_glsl("elementwise", generate(k, v, meta_words), ctx.options().cache_dir);
   std::unique_lock lock(cache.mutex);
-  cache.map.emplace(key, &code);
+  if (!find_kernel(cache, hash, k, v, meta_words))
+    cache.map.emplace(hash, CachedKernel{k, v, meta_words, &code});
   return code;
 }
+
+// Merges adjacent dims as collapse() (views.h) does, in place: no allocation once the vectors
+// have grown.
+void collapse_in_place(Shape& shape, std::span<Strides> strides) {
+  size_t r = 0;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = r > 0;
+    for (size_t v = 0; v < strides.size() && merge; ++v)
+      merge = strides[v][r - 1] == strides[v][d] * shape[d];
+    if (merge) {
+      shape[r - 1] *= shape[d];
+      for (Strides& s : strides) s[r - 1] = s[d];
+    } else {
+      shape[r] = shape[d];
+      for (Strides& s : strides) s[r] = s[d];
+      ++r;
+    }
+  }
+  shape.resize(r);
+  for (Strides& s : strides) s.resize(r);
+}
+
+bool row_major(const Shape& shape, const Strides& strides) {
+  int64_t expect = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (strides[d] != expect) return false;
+    expect *= shape[d];
+  }
+  return true;
+}
+
+// Vectors record_elementwise reuses from call to call on each thread.
+struct Scratch {
+  std::vector<Strides> strides;
+  Shape shape;
+  Variant variant;
+  std::vector<uint32_t> meta;
+};
+thread_local Scratch tls_scratch;
+
+// Invocations from which a dispatch has each invocation handle kElementsPerInvocation elements
+// (or packed words): fewer, longer-lived invocations reach more of the memory bandwidth.
+constexpr uint64_t kLoopFrom = uint64_t{1} << 20;
+constexpr uint64_t kElementsPerInvocation = 4;
 
 uint32_t word(int64_t x) { return static_cast<uint32_t>(static_cast<int32_t>(x)); }
 
@@ -364,35 +436,39 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
 
   // Every view's strides over out's shape: broadcast dims get stride 0.
   const size_t rank = out.shape.size(), n_in = inputs.size();
-  std::vector<Strides> strides(n_in + 1, Strides(rank, 0));
+  Scratch& s = tls_scratch;
+  s.strides.resize(n_in + 1);
   for (size_t i = 0; i < n_in; ++i) {
     const GpuView& in = inputs[i];
+    Strides& st = s.strides[i];
+    st.assign(rank, 0);
     const size_t lead = rank - in.shape.size();
     for (size_t d = 0; d < in.shape.size(); ++d) {
       if (in.shape[d] == out.shape[lead + d]) {
-        strides[i][lead + d] = in.strides[d];
+        st[lead + d] = in.strides[d];
       } else if (in.shape[d] != 1) {
         throw ShapeError::of(kOp, "an input does not broadcast to the output", "input {}: {} -> {}", i,
                              in.shape, out.shape);
       }
     }
   }
-  strides[n_in] = out.strides;
+  s.strides[n_in].assign(out.strides.begin(), out.strides.end());
   const int64_t n = numel(out.shape);
   if (n == 0) return;
-  Shape shape = out.shape;
-  std::vector<Strides*> views;
-  for (Strides& s : strides) views.push_back(&s);
-  collapse(shape, views);
+  Shape& shape = s.shape;
+  shape.assign(out.shape.begin(), out.shape.end());
+  collapse_in_place(shape, s.strides);
   check_rank(shape, kOp);
 
-  Variant v;
+  Variant& v = s.variant;
+  v.rank = 0;
+  v.meta_in_buffer = false;
   v.features = f;
-  const Strides contiguous = row_major_strides(shape);
+  v.walks.clear();
   for (size_t i = 0; i < n_in; ++i) {
-    if (strides[i] == contiguous)
+    if (row_major(shape, s.strides[i]))
       v.walks.push_back(Walk::linear);
-    else if (std::ranges::all_of(strides[i], [](int64_t s) { return s == 0; }))
+    else if (std::ranges::all_of(s.strides[i], [](int64_t st) { return st == 0; }))
       v.walks.push_back(Walk::scalar);
     else
       v.walks.push_back(Walk::strided);
@@ -400,13 +476,14 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
   const size_t n_strided = std::ranges::count(v.walks, Walk::strided);
   if (n_strided > 0) v.rank = static_cast<int>(shape.size());
 
-  std::vector<uint32_t> meta = {static_cast<uint32_t>(n), static_cast<uint32_t>(out.offset)};
+  std::vector<uint32_t>& meta = s.meta;
+  meta.assign({static_cast<uint32_t>(n), static_cast<uint32_t>(out.offset)});
   for (const GpuView& in : inputs) meta.push_back(static_cast<uint32_t>(in.offset));
   if (n_strided > 0) {
     for (int64_t d : shape) meta.push_back(static_cast<uint32_t>(d));
     for (size_t i = 0; i < n_in; ++i)
       if (v.walks[i] == Walk::strided)
-        for (int64_t s : strides[i]) meta.push_back(word(s));
+        for (int64_t st : s.strides[i]) meta.push_back(word(st));
   }
   v.meta_in_buffer = meta.size() > kPushWords;
   const size_t bindings = n_in + 1 + (v.meta_in_buffer ? 1 : 0);
@@ -416,10 +493,10 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
   const uint32_t meta_words = static_cast<uint32_t>(meta.size());
   const ShaderCode& shader = kernel_shader(ctx, k, v, meta_words);
 
-  std::vector<Binding> binds;
-  for (const GpuView& in : inputs) binds.push_back({in.buffer, Access::read});
+  std::array<Binding, Context::kMaxBindings> binds;
+  for (size_t i = 0; i < n_in; ++i) binds[i] = {inputs[i].buffer, Access::read};
   const uint32_t per = per_invocation(k.out, f);
-  binds.push_back({out.buffer, per > 1 ? Access::read_write : Access::write});
+  binds[n_in] = {out.buffer, per > 1 ? Access::read_write : Access::write};
   std::span<const std::byte> push = std::as_bytes(std::span<const uint32_t>(meta));
   if (v.meta_in_buffer) {
     const size_t bytes = meta.size() * sizeof(uint32_t);
@@ -431,15 +508,17 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
       std::memcpy(staging->mapped(), meta.data(), bytes);
       r.copy(staging, 0, b, 0, bytes);
     }
-    binds.push_back({b, Access::read});
+    binds[n_in + 1] = {std::move(b), Access::read};
     push = {};
   }
   const uint64_t first_word = static_cast<uint64_t>(out.offset) / per;
   const uint64_t last_word = static_cast<uint64_t>(out.offset + n - 1) / per;
   const uint64_t invocations = last_word - first_word + 1;
   const uint32_t wg = workgroup_size(ctx);
+  const uint64_t per_group = wg * (invocations >= kLoopFrom ? kElementsPerInvocation : 1);
   const uint32_t spec[] = {wg};
-  r.dispatch(shader, spec, binds, push, Groups::linear((invocations + wg - 1) / wg, ctx));
+  r.dispatch(shader, spec, std::span<const Binding>(binds.data(), bindings), push,
+             Groups::linear((invocations + per_group - 1) / per_group, ctx));
 }
 
 }  // namespace kiln::detail::vk

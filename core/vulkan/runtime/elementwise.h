@@ -44,6 +44,7 @@ struct ElementwiseKernel {
 struct ElementwiseFeatures {
   bool storage8 = false, storage16 = false, int64 = false, float64 = false;
   static ElementwiseFeatures of(const DeviceCaps& caps);
+  bool operator==(const ElementwiseFeatures&) const = default;
 };
 
 /// Records out = kernel(inputs...) elementwise over out's shape. Each input has out's rank or

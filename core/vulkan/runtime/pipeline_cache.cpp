@@ -5,6 +5,8 @@
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -18,11 +20,21 @@ namespace kiln::detail::vk {
 namespace {
 
 uint64_t key_digest(const PipelineKey& k) {
+  // One XXH3 call over the key packed on the stack (the common case: a few constants), the
+  // streaming state otherwise; this runs on every dispatch.
+  constexpr size_t kPackedSpec = 13;
+  if (k.spec.size() <= kPackedSpec) {
+    std::array<uint32_t, 3 + kPackedSpec> words{};
+    std::memcpy(words.data(), &k.shader->digest, sizeof k.shader->digest);
+    words[2] = k.bindings;
+    std::ranges::copy(k.spec, words.begin() + 3);
+    return XXH3_64bits(words.data(), (3 + k.spec.size()) * sizeof(uint32_t));
+  }
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
   XXH3_64bits_update(&state, &k.shader->digest, sizeof k.shader->digest);
-  XXH3_64bits_update(&state, k.spec.data(), k.spec.size_bytes());
   XXH3_64bits_update(&state, &k.bindings, sizeof k.bindings);
+  XXH3_64bits_update(&state, k.spec.data(), k.spec.size_bytes());
   return XXH3_64bits_digest(&state);
 }
 

@@ -35,7 +35,7 @@ void Recorder::reset() {
   }
   recording_ = false;
   pending_ = 0;
-  since_barrier_.clear();
+  clear_touched();
   keep_alive_.clear();
 }
 
@@ -50,16 +50,43 @@ void Recorder::begin_if_needed() {
   recording_ = true;
 }
 
-bool Recorder::conflicts(uint64_t id, Access access) const {
-  auto it = since_barrier_.find(id);
-  if (it == since_barrier_.end()) return false;
+Recorder::Touched* Recorder::find_touched(uint64_t id) {
+  const size_t mask = since_barrier_.size() - 1;
+  for (size_t i = (id * 0x9e3779b97f4a7c15ull) >> 32 & mask;; i = (i + 1) & mask) {
+    Touched& t = since_barrier_[i];
+    if (t.generation != generation_ || t.id == id) return &t;  // a free slot or this buffer's
+  }
+}
+
+void Recorder::clear_touched() {
+  touched_ = 0;
+  if (++generation_ == 0) {  // wrapped: forget every slot, then start again at 1
+    std::ranges::fill(since_barrier_, Touched{});
+    generation_ = 1;
+  }
+}
+
+bool Recorder::conflicts(uint64_t id, Access access) {
+  const Touched* t = find_touched(id);
+  if (t->generation != generation_) return false;
   // Read after write and write after write need the earlier write visible; write after read needs
   // the earlier read finished. Read after read needs nothing.
-  return has(it->second, Access::write) || has(static_cast<uint8_t>(access), Access::write);
+  return has(t->bits, Access::write) || has(static_cast<uint8_t>(access), Access::write);
 }
 
 void Recorder::note(const BufferPtr& b, Access access) {
-  since_barrier_[b->id()] |= static_cast<uint8_t>(access);
+  if (2 * (touched_ + 1) > since_barrier_.size()) {  // keep at most half the slots used
+    std::vector<Touched> old(since_barrier_.size() * 2);
+    old.swap(since_barrier_);
+    for (const Touched& t : old)
+      if (t.generation == generation_) *find_touched(t.id) = t;
+  }
+  Touched* t = find_touched(b->id());
+  if (t->generation != generation_) {
+    *t = {b->id(), generation_, 0};
+    ++touched_;
+  }
+  t->bits |= static_cast<uint8_t>(access);
   keep_alive_.push_back(b);
 }
 
@@ -73,8 +100,27 @@ void Recorder::barrier() {
                      VK_ACCESS_TRANSFER_WRITE_BIT;
   const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
   ctx_.api().vkCmdPipelineBarrier(frame_->cmd, stages, stages, 0, 1, &mb, 0, nullptr, 0, nullptr);
-  since_barrier_.clear();
+  clear_touched();
   ++barriers_;
+}
+
+const Pipeline& Recorder::pipeline(const ShaderCode& shader, std::span<const uint32_t> spec,
+                                   uint32_t bindings) {
+  RecentPipeline* slot = nullptr;
+  if (spec.size() <= RecentPipeline{}.spec.size()) {
+    uint64_t h = shader.digest ^ bindings;
+    for (uint32_t s : spec) h = h * 0x100000001b3ull ^ s;
+    slot = &recent_pipelines_[(h * 0x9e3779b97f4a7c15ull >> 58) % recent_pipelines_.size()];
+    if (slot->bindings == bindings && slot->digest == shader.digest && slot->spec_size == spec.size() &&
+        std::equal(spec.begin(), spec.end(), slot->spec.begin()))
+      return *slot->pipeline;
+  }
+  const Pipeline& p = ctx_.pipelines().get({&shader, spec, bindings});
+  if (slot) {
+    *slot = {shader.digest, bindings, static_cast<uint32_t>(spec.size()), {}, &p};
+    std::ranges::copy(spec, slot->spec.begin());
+  }
+  return p;
 }
 
 void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec,
@@ -89,7 +135,7 @@ void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec
     if (!b.buffer)
       throw ValueError::of("vulkan dispatch", "a binding has no buffer", "shader {}", shader.name);
   const uint32_t n = static_cast<uint32_t>(bindings.size());
-  const Pipeline& pipeline = ctx_.pipelines().get({&shader, spec, n});
+  const Pipeline& pipeline = this->pipeline(shader, spec, n);
   begin_if_needed();
   const VulkanApi& api = ctx_.api();
 

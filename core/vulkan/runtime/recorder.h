@@ -8,6 +8,7 @@
 //
 // One Recorder is used by one thread at a time; any number of recorders may record and submit at
 // once (the queue is guarded by the context).
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -15,7 +16,6 @@
 #include <span>
 #include <string_view>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
 #include "kiln/core/vulkan/runtime/memory.h"
@@ -24,6 +24,7 @@ namespace kiln::detail::vk {
 
 class Context;
 struct Frame;
+struct Pipeline;
 struct ShaderCode;
 
 enum class Access : uint8_t { read = 1, write = 2, read_write = 3 };
@@ -80,9 +81,10 @@ class Recorder {
  private:
   void begin_if_needed();
   // Inserts a barrier if touching `b` with `access` conflicts with what was done since the last one.
-  bool conflicts(uint64_t id, Access access) const;
+  bool conflicts(uint64_t id, Access access);
   void note(const BufferPtr& b, Access access);
   void barrier();
+  void clear_touched();
   void reset();
 
   Context& ctx_;
@@ -90,8 +92,30 @@ class Recorder {
   bool recording_ = false;
   size_t pending_ = 0;
   size_t barriers_ = 0;
-  std::unordered_map<uint64_t, uint8_t> since_barrier_;  // buffer id -> Access bits
+  // Buffers touched since the last barrier (id -> Access bits): an open-addressing table whose
+  // slots belong to the current generation only, so a barrier clears it by bumping `generation_`
+  // (a barrier follows nearly every dispatch of a dependent chain).
+  struct Touched {
+    uint64_t id = 0;
+    uint32_t generation = 0;
+    uint8_t bits = 0;
+  };
+  Touched* find_touched(uint64_t id);
+  std::vector<Touched> since_barrier_ = std::vector<Touched>(64);  // a power of two
+  size_t touched_ = 0;                                             // slots of the current generation
+  uint32_t generation_ = 1;                                        // 0 marks a slot never used
   std::vector<BufferPtr> keep_alive_;
+  // The pipelines this recorder dispatched lately, by (shader digest, spec, bindings): skips the
+  // shared cache's hash and lock on the common path. Pipelines live as long as the context.
+  struct RecentPipeline {
+    uint64_t digest = 0;
+    uint32_t bindings = 0;  // 0: an empty slot
+    uint32_t spec_size = 0;
+    std::array<uint32_t, 4> spec{};
+    const Pipeline* pipeline = nullptr;
+  };
+  const Pipeline& pipeline(const ShaderCode& shader, std::span<const uint32_t> spec, uint32_t bindings);
+  std::array<RecentPipeline, 64> recent_pipelines_{};
 };
 
 }  // namespace kiln::detail::vk
