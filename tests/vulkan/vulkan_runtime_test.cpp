@@ -14,6 +14,7 @@
 #include "kiln/core/vulkan/runtime/elementwise.h"
 #include "kiln/core/vulkan/runtime/kernels.h"
 #include "kiln/core/vulkan/runtime/pipeline_cache.h"
+#include "kiln/core/vulkan/runtime/profile.h"
 #include "kiln/core/vulkan/runtime/recorder.h"
 #include "kiln/core/vulkan/runtime/shader_table.h"
 #include "vulkan_fixture.h"
@@ -251,6 +252,29 @@ TEST_F(VulkanTest, BarriersOnlyOnHazards) {
   r.submit_and_wait();
   EXPECT_EQ(r.pending(), 0u);
   for (const BufferPtr& b : {x, y, z, w}) EXPECT_EQ(read_vector<float>(b, n), values);
+}
+
+TEST_F(VulkanTest, ProfilingTimesEachDispatchByShader) {
+  if (ctx().caps().timestamp_period == 0) GTEST_SKIP() << "the device writes no timestamps on compute queues";
+  const int64_t n = 1 << 16;
+  BufferPtr x = upload_vector(random_floats(n, -1, 1, 9));
+  BufferPtr y = ctx().allocator().allocate(n * 4), z = ctx().allocator().allocate(n * 4);
+  profile_clear();
+  set_profiling(true);
+  Recorder r(ctx());
+  record_copy_floats(r, x, y, n);
+  record_copy_floats(r, y, z, n);
+  r.submit_and_wait();
+  set_profiling(false);
+  const std::string report = profile_report();
+  EXPECT_NE(report.find("copy"), std::string::npos) << report;
+  EXPECT_NE(report.find(" 2 "), std::string::npos) << report;  // two dispatches of one shader
+  EXPECT_EQ(read_vector<float>(z, n), read_vector<float>(x, n));
+  // Untimed recordings add nothing.
+  profile_clear();
+  record_copy_floats(r, x, y, n);
+  r.submit_and_wait();
+  EXPECT_EQ(profile_report(), "");
 }
 
 TEST_F(VulkanTest, RecorderDiscardsUnsubmittedWork) {

@@ -214,6 +214,7 @@ DeviceCaps read_caps(const VulkanApi& api, VkInstance instance, VkPhysicalDevice
   api.vkGetPhysicalDeviceProperties2(pd, &p);
   const VkPhysicalDeviceLimits& l = p.properties.limits;
   c.name = p.properties.deviceName;
+  c.timestamp_period = l.timestampComputeAndGraphics ? l.timestampPeriod : 0.0f;
   c.type = p.properties.deviceType;
   c.vendor_id = p.properties.vendorID;
   c.device_id = p.properties.deviceID;

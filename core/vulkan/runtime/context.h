@@ -52,6 +52,8 @@ struct DeviceCaps {
   uint32_t max_push_constants = 0;
   VkDeviceSize min_storage_offset_alignment = 0;
   uint32_t max_storage_buffer_range = 0;
+  /// Nanoseconds per timestamp tick; 0 where compute queues cannot write timestamps.
+  float timestamp_period = 0;
   VkDeviceSize max_allocation_size = 0;
   VkDeviceSize device_local_heap_size = 0;
   bool float16 = false, int8 = false, int64 = false, storage16 = false;

@@ -5,6 +5,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/vulkan/runtime/context.h"
 #include "kiln/core/vulkan/runtime/pipeline_cache.h"
+#include "kiln/core/vulkan/runtime/profile.h"
 
 namespace kiln::detail::vk {
 namespace {
@@ -25,7 +26,10 @@ Groups Groups::linear(uint64_t n, const Context& ctx) {
 
 Recorder::Recorder(Context& ctx) : ctx_(ctx) {}
 
-Recorder::~Recorder() { reset(); }
+Recorder::~Recorder() {
+  reset();
+  if (timestamps_) ctx_.api().vkDestroyQueryPool(ctx_.device(), timestamps_, nullptr);
+}
 
 void Recorder::reset() {
   if (frame_) {
@@ -37,6 +41,8 @@ void Recorder::reset() {
   pending_ = 0;
   clear_touched();
   keep_alive_.clear();
+  timed_shaders_.clear();
+  timing_ = false;
 }
 
 void Recorder::begin_if_needed() {
@@ -48,6 +54,29 @@ void Recorder::begin_if_needed() {
   begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   check(ctx_.api().vkBeginCommandBuffer(frame_->cmd, &begin), "vkBeginCommandBuffer");
   recording_ = true;
+  timing_ = profiling() && ctx_.caps().timestamp_period > 0;
+  if (timing_) {
+    if (!timestamps_) {
+      VkQueryPoolCreateInfo info{};
+      info.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+      info.queryType = VK_QUERY_TYPE_TIMESTAMP;
+      info.queryCount = 2 * kMaxTimedDispatches;
+      check(ctx_.api().vkCreateQueryPool(ctx_.device(), &info, nullptr, &timestamps_), "vkCreateQueryPool");
+    }
+    ctx_.api().vkCmdResetQueryPool(frame_->cmd, timestamps_, 0, 2 * kMaxTimedDispatches);
+  }
+}
+
+void Recorder::collect_timings() {
+  if (timed_shaders_.empty()) return;
+  std::vector<uint64_t> ticks(2 * timed_shaders_.size());
+  check(ctx_.api().vkGetQueryPoolResults(ctx_.device(), timestamps_, 0, static_cast<uint32_t>(ticks.size()),
+                                         ticks.size() * sizeof(uint64_t), ticks.data(), sizeof(uint64_t),
+                                         VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+        "vkGetQueryPoolResults");
+  const double period = ctx_.caps().timestamp_period * 1e-9;
+  for (size_t i = 0; i < timed_shaders_.size(); ++i)
+    profile_add(timed_shaders_[i], static_cast<double>(ticks[2 * i + 1] - ticks[2 * i]) * period);
 }
 
 Recorder::Touched* Recorder::find_touched(uint64_t id) {
@@ -191,7 +220,16 @@ void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec
   if (!push.empty())
     api.vkCmdPushConstants(frame_->cmd, pipeline.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                            static_cast<uint32_t>(push.size()), push.data());
+  // Timed: from when all earlier work completed to when this dispatch did (past the pool's size,
+  // dispatches go untimed).
+  const bool timed = timing_ && timed_shaders_.size() < kMaxTimedDispatches;
+  const auto query = static_cast<uint32_t>(2 * timed_shaders_.size());
+  if (timed) api.vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_, query);
   api.vkCmdDispatch(frame_->cmd, groups.x, groups.y, groups.z);
+  if (timed) {
+    api.vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_, query + 1);
+    timed_shaders_.push_back(shader.name);
+  }
   ++pending_;
 }
 
@@ -223,6 +261,7 @@ void Recorder::submit_and_wait() {
   check(ctx_.api().vkEndCommandBuffer(frame_->cmd), "vkEndCommandBuffer");
   const uint64_t value = ctx_.submit(frame_->cmd);
   ctx_.wait(value);
+  collect_timings();
   // New pipelines reach the disk after the first evaluation that used them.
   ctx_.pipelines().save();
 }

@@ -116,6 +116,13 @@ class Recorder {
   };
   const Pipeline& pipeline(const ShaderCode& shader, std::span<const uint32_t> spec, uint32_t bindings);
   std::array<RecentPipeline, 64> recent_pipelines_{};
+  // KILN_VULKAN_PROFILE=1 (profile.h): a timestamp before and after each dispatch of this
+  // recording, and the shader each pair belongs to.
+  static constexpr uint32_t kMaxTimedDispatches = 4096;
+  VkQueryPool timestamps_ = VK_NULL_HANDLE;
+  bool timing_ = false;  // this recording is timed
+  std::vector<std::string_view> timed_shaders_;
+  void collect_timings();
 };
 
 }  // namespace kiln::detail::vk

@@ -57,6 +57,11 @@ namespace kiln::detail::vk {
   X(vkCmdDispatch)                  \
   X(vkCmdPipelineBarrier)           \
   X(vkCmdCopyBuffer)                \
+  X(vkCreateQueryPool)              \
+  X(vkDestroyQueryPool)             \
+  X(vkCmdResetQueryPool)            \
+  X(vkCmdWriteTimestamp)            \
+  X(vkGetQueryPoolResults)          \
   X(vkCreateDescriptorSetLayout)    \
   X(vkDestroyDescriptorSetLayout)   \
   X(vkCreateDescriptorPool)         \
