@@ -83,6 +83,18 @@ void BM_gpu_matmul_f16_tile(benchmark::State& st, const char* tile, const char* 
 
 // Bytes moved per element: two reads and a write. The peer is PyTorch's device-to-device copy of
 // 1 GiB (bench/gpu_peer.py), the bandwidth the GPU reaches.
+// One GEMM of st.range: M, N, K, batch (float32).
+void BM_gpu_matmul_shape(benchmark::State& st) {
+  if (!use_gpu(st)) return;
+  const int64_t m = st.range(0), n = st.range(1), k = st.range(2), batch = st.range(3);
+  const Array a = device_random(batch > 1 ? kiln::Shape{batch, m, k} : kiln::Shape{m, k}, 11);
+  const Array b = device_random(batch > 1 ? kiln::Shape{batch, k, n} : kiln::Shape{k, n}, 12);
+  for (int i = 0; i < 2; ++i) kiln::matmul(a, b).eval();
+  for (auto _ : st) kiln::matmul(a, b).eval();
+  st.counters["TFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(batch * m * n * k) * 1e-12,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_gpu_add_1gib(benchmark::State& st) {
   if (!use_gpu(st)) return;
   const int64_t n = (small() ? (int64_t{1} << 24) : (int64_t{1} << 30)) / 4;
@@ -172,6 +184,20 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
 
 BENCHMARK(BM_gpu_matmul_f32)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_matmul_f16)->Unit(benchmark::kMillisecond)->UseRealTime();
+// The products of the small GPT's training step (d 256, context 128, batch 32: 4096 tokens), to tune
+// the GEMM's tile choice: forward x @ W, the input gradient g @ W^T, the weight gradient x^T @ g
+// (K = 4096), and attention's per-head products (128 heads of 128 x 64).
+BENCHMARK(BM_gpu_matmul_shape)
+    ->Args({4096, 768, 256, 1})
+    ->Args({4096, 256, 256, 1})
+    ->Args({4096, 1024, 256, 1})
+    ->Args({4096, 256, 1024, 1})
+    ->Args({256, 768, 4096, 1})
+    ->Args({1024, 256, 4096, 1})
+    ->Args({128, 128, 64, 128})
+    ->Args({128, 64, 128, 128})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_gpu_add_1gib)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_chain_1000)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_mlp_adam_step)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -373,8 +373,13 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
     }
   }
   // 128x128 tiles once there are enough of them to fill a large GPU; 64x64 otherwise (and always
-  // for float64, whose kernel has only those).
-  const bool big = t != float64 && m >= 512 && n >= 512;
+  // for float64, whose kernel has only those). KILN_VULKAN_MATMUL_TILE=64 or 128 forces one (tuning).
+  static const int forced_tile = [] {
+    const char* v = std::getenv("KILN_VULKAN_MATMUL_TILE");
+    return v ? std::atoi(v) : 0;
+  }();
+  const bool big =
+      t != float64 && (forced_tile == 64 || forced_tile == 128 ? forced_tile == 128 : m >= 512 && n >= 512);
   const ShaderCode& shader = builtin_shader(t == float64 ? "matmul_f64"
                                             : half       ? (big ? "matmul_h16_t128" : "matmul_h16_t64")
                                             : big        ? "matmul_f32_t128"
