@@ -29,7 +29,7 @@
 #define KIND_RMS_NORM 3u
 layout(constant_id = 1) const uint kKind = 0u;
 
-// Elements one invocation keeps per chunk (kNormItems in norm_kernels.cpp).
+// Elements one invocation keeps per chunk.
 #define KILN_ITEMS 16
 
 shared ACC_T kiln_part_a[kWorkgroupSize];

@@ -13,8 +13,6 @@
 namespace kiln::detail::vk {
 namespace {
 
-// Elements one invocation keeps in registers per chunk (KILN_ITEMS in shaders/norm/norm_common.glsl).
-constexpr int64_t kNormItems = 16;
 // Elements an invocation aims at: rows shorter than a workgroup times this share one.
 constexpr int64_t kItemsPerInvocation = 4;
 
