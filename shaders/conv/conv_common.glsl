@@ -18,24 +18,7 @@ const uint kForward = 0u, kGradInput = 1u, kGradWeight = 2u;
 layout(constant_id = 1) const uint kPass = 0u;
 layout(constant_id = 2) const bool kBfloat = false;
 
-#ifdef KILN_16BIT
-#define STORE_T uint16_t
-#define ACC_T float
-// 16-bit values may not be function arguments without 16-bit arithmetic: callers widen with uint().
-float kiln_conv_load(uint bits) { return kBfloat ? kiln_bfloat_to_float(bits) : kiln_half_to_float(bits); }
-#define KILN_LOAD(v) kiln_conv_load(uint(v))
-#define KILN_STORE(v) uint16_t(kBfloat ? kiln_float_to_bfloat(v) : kiln_float_to_half(v))
-#elif defined(KILN_F64)
-#define STORE_T double
-#define ACC_T double
-#define KILN_LOAD(v) (v)
-#define KILN_STORE(v) (v)
-#else
-#define STORE_T float
-#define ACC_T float
-#define KILN_LOAD(v) (v)
-#define KILN_STORE(v) (v)
-#endif
+#include "../common/typed_storage.glsl"
 
 // Operand A is the weight (forward, grad_input) or the output gradient gy (grad_weight); operand
 // B is x (forward, grad_weight) or gy (grad_input). Strides are in elements, in the operands'

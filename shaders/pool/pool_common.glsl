@@ -9,24 +9,7 @@
 // Constant 0 is the workgroup size (common/indexing.glsl).
 layout(constant_id = 1) const bool kBfloat = false;
 
-#ifdef KILN_16BIT
-#define STORE_T uint16_t
-#define ACC_T float
-// 16-bit values may not be function arguments without 16-bit arithmetic: callers widen with uint().
-float kiln_pool_load(uint bits) { return kBfloat ? kiln_bfloat_to_float(bits) : kiln_half_to_float(bits); }
-#define KILN_LOAD(v) kiln_pool_load(uint(v))
-#define KILN_STORE(v) uint16_t(kBfloat ? kiln_float_to_bfloat(v) : kiln_float_to_half(v))
-#elif defined(KILN_F64)
-#define STORE_T double
-#define ACC_T double
-#define KILN_LOAD(v) (v)
-#define KILN_STORE(v) (v)
-#else
-#define STORE_T float
-#define ACC_T float
-#define KILN_LOAD(v) (v)
-#define KILN_STORE(v) (v)
-#endif
+#include "../common/typed_storage.glsl"
 
 // Strides are in elements in (n, c, h, w) order and may be anything (views are read in place);
 // `s` is the second operand: src (max_pool.comp) or the output gradient g (max_pool_scatter.comp).
