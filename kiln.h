@@ -9,6 +9,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/exclusive.h"
 #include "kiln/core/materialize.h"
+#include "kiln/core/ops/attention.h"
 #include "kiln/core/operand.h"
 #include "kiln/core/ops/binary.h"
 #include "kiln/core/ops/cast.h"

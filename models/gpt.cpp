@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kiln/core/error.h"
+#include "kiln/core/ops/attention.h"
 #include "kiln/core/ops/binary.h"
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/ops/creation.h"
@@ -189,9 +190,16 @@ Array Gpt::attention(const GptAttention& attn, const Array& x, int64_t offset, n
     entry->keys = k;
     entry->values = v;
   }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  if (p == 0) {
+    // One fused node (core/ops/attention.h): query i (absolute position offset + i) sees keys
+    // 0..offset + i, which is its causal rule with Lk = offset + t keys.
+    const Array out = scaled_dot_product_attention(q, k, v, scale, /*causal=*/true);
+    return attn.c_proj(reshape(transpose(out, {0, 2, 1, 3}), {b, t, config_.d_model}));
+  }
   const int64_t len = k.shape(2);
   // The scale goes on q, the smaller operand: (B, H, T, D) against the (B, H, T, L) scores.
-  Array scores = matmul(q * (1.0 / std::sqrt(static_cast<double>(d))), swapaxes(k, -1, -2));
+  Array scores = matmul(q * scale, swapaxes(k, -1, -2));
   // Query i (absolute position offset + i) sees keys 0..offset + i; one new query sees them all.
   if (t > 1) scores = where(slice(future_, {Slice{offset, offset + t}, Slice{0, len}}), -kInf, scores);
   Array weights = softmax(scores, -1);

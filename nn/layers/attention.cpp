@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "kiln/core/error.h"
+#include "kiln/core/ops/attention.h"
 #include "kiln/core/ops/binary.h"
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/ops/creation.h"
@@ -48,9 +49,8 @@ void check_float_input(const char* what, const Array& x) {
     throw DtypeError::of(kName, "inputs must be floating point", "{} is {}", what, dtype_name(x.dtype()));
 }
 
-// Applies a bool (true = masked) or additive float mask to scores (B, H, Lq, Lk).
-Array apply_mask(const Array& scores, const Array& mask, const char* what) {
-  const Shape& s = scores.shape();
+// Throws unless mask (bool or float) broadcasts to scores of shape s (B, H, Lq, Lk).
+void check_mask(const Array& mask, const Shape& s, const char* what) {
   bool ok = mask.ndim() <= 4;
   for (int i = 1; ok && i <= mask.ndim(); ++i) {
     const int64_t m = mask.shape()[mask.ndim() - i], t = s[4 - i];
@@ -59,11 +59,21 @@ Array apply_mask(const Array& scores, const Array& mask, const char* what) {
   if (!ok)
     throw ShapeError::of(kName, "mask does not broadcast to (B, H, Lq, Lk)", "{} {} for scores {}", what,
                          shape_str(mask.shape()), shape_str(s));
-  if (mask.dtype() == bool_) return where(mask, -std::numeric_limits<double>::infinity(), scores);
-  if (!is_floating(mask.dtype()))
+  if (mask.dtype() != bool_ && !is_floating(mask.dtype()))
     throw DtypeError::of(kName, "masks must be bool or floating point", "{} is {}", what,
                          dtype_name(mask.dtype()));
-  return scores + astype(mask, scores.dtype());
+}
+
+// The mask as scores' addend: -inf where a bool mask is true, a float mask cast to `t`.
+Array additive(const Array& mask, Dtype t) {
+  if (mask.dtype() == bool_) return where(mask, -std::numeric_limits<double>::infinity(), zeros({}, t));
+  return astype(mask, t);
+}
+
+// Applies a bool (true = masked) or additive float mask to scores (B, H, Lq, Lk).
+Array apply_mask(const Array& scores, const Array& mask, const char* what) {
+  check_mask(mask, scores.shape(), what);
+  return scores + additive(mask, scores.dtype());
 }
 
 }  // namespace
@@ -149,6 +159,31 @@ MultiHeadAttention::Heads MultiHeadAttention::project(const Array& query, const 
 AttentionOutput MultiHeadAttention::attend(const Heads& h, const AttentionArgs& args, bool unbatched) const {
   const int64_t batch = h.q.shape()[0], lq = h.q.shape()[2], lk = h.k.shape()[2];
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim()));
+  const bool dropping = is_training() && dropout_ > 0;
+  if (!dropping && !args.need_weights) {
+    // No attention dropout and no weights wanted: one fused node (core/ops/attention.h), whose
+    // weights never reach memory. Masks become one additive float mask.
+    const Shape scores{batch, h.q.shape()[1], lq, lk};
+    Array mask;
+    if (args.mask.valid()) {
+      check_mask(args.mask, scores, "mask");
+      mask = args.mask;
+    }
+    if (args.key_padding_mask.valid()) {
+      const Array& kpm = args.key_padding_mask;
+      const Shape expected = unbatched ? Shape{lk} : Shape{batch, lk};
+      if (kpm.shape() != expected)
+        throw ShapeError::of(kName, "key_padding_mask must be (B, Lk)", "expected {}, got {}",
+                             shape_str(expected), shape_str(kpm.shape()));
+      const Array padding = reshape(kpm, {batch, 1, 1, lk});
+      check_mask(padding, scores, "key_padding_mask");
+      mask = mask.valid() ? additive(mask, h.q.dtype()) + additive(padding, h.q.dtype()) : padding;
+    }
+    Array out = scaled_dot_product_attention(h.q, h.k, h.v, scale, args.causal, mask);
+    out = out_proj(reshape(transpose(out, {0, 2, 1, 3}), {batch, lq, embed_}));
+    if (unbatched) out = squeeze(out, Axes{0});
+    return {out, Array()};
+  }
   Array scores = matmul(h.q * scale, swapaxes(h.k, -1, -2));  // (B, H, Lq, Lk)
   if (args.mask.valid()) scores = apply_mask(scores, args.mask, "mask");
   if (args.causal) {
