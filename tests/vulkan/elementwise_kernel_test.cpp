@@ -235,6 +235,96 @@ TEST_F(ElementwiseKernels, LargeArraysLoopOverSeveralElementsPerInvocation) {
   }
 }
 
+// a - b + s of 32-bit values as the GPU computes them: wrapping for integers, rounded to float.
+Bytes minus_plus(const Bytes& a, const Bytes& b, const Bytes& s, Dtype t, int64_t n) {
+  Bytes out(static_cast<size_t>(n) * 4);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t x, y, z, r;
+    std::memcpy(&x, a.data() + i * 4, 4);
+    std::memcpy(&y, b.data() + i * 4, 4);
+    std::memcpy(&z, s.data(), 4);
+    if (t == float32) {
+      float fx, fy, fz;
+      std::memcpy(&fx, &x, 4);
+      std::memcpy(&fy, &y, 4);
+      std::memcpy(&fz, &z, 4);
+      const float f = (fx - fy) + fz;
+      std::memcpy(&r, &f, 4);
+    } else {
+      r = x - y + z;  // int32 and uint32 wrap alike
+    }
+    std::memcpy(out.data() + i * 4, &r, 4);
+  }
+  return out;
+}
+
+// The vector path of contiguous 32-bit kernels (16-byte loads and stores) against the scalar one's
+// results: sizes with 1 to 3 elements past the last whole vector, outputs and inputs at offsets
+// that are multiples of 4 elements (vectors) and that are not (the element-wise fallback), a
+// scalar input beside the linear ones, arrays past 2^20 elements (several vectors per invocation),
+// and the bytes around the output left as they were.
+TEST_F(ElementwiseKernels, ContiguousWordKernelsMoveVectorsWithTailsAndOffsets) {
+  struct Offsets {
+    int64_t out, a, b;
+  };
+  const Offsets offsets[] = {{0, 0, 0}, {4, 8, 12}, {1, 0, 0}, {0, 2, 0}, {4, 4, 3}};
+  uint32_t seed = 700;
+  for (Dtype t : {float32, int32, uint32}) {
+    for (int64_t n :
+         {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{1027}, (int64_t{1} << 22) + 3}) {
+      for (const Offsets& o : offsets) {
+        if (n > 2000 && o.out == 0 && o.a == 0) continue;  // the large size at fewer offsets
+        const Bytes a = random_bytes(t, n + o.a, seed++), b = random_bytes(t, n + o.b, seed++);
+        const Bytes s = random_bytes(t, 1, seed++);
+        const Bytes before = random_bytes(t, o.out + n + 5, seed++);
+        const GpuView out = GpuView::contiguous(upload_vector(before), t, {n}, o.out);
+        run({{t, t, t}, t, t, "x0 - x1 + x2"},
+            {view(a, t, {n}, {1}, o.a), view(b, t, {n}, {1}, o.b), view(s, t, {})}, out);
+        const Bytes got = read(out, o.out + n + 5);
+        const Bytes want =
+            minus_plus(Bytes(a.begin() + o.a * 4, a.end()), Bytes(b.begin() + o.b * 4, b.end()), s, t, n);
+        const std::string what = fmt::format("{} n {} offsets {} {} {}", dtype_name(t), n, o.out, o.a, o.b);
+        ASSERT_EQ(std::memcmp(got.data(), before.data(), o.out * 4), 0) << what << ": before the output";
+        ASSERT_EQ(std::memcmp(got.data() + (o.out + n) * 4, before.data() + (o.out + n) * 4, 20), 0)
+            << what << ": after the output";
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(std::memcmp(got.data() + (o.out + i) * 4, want.data() + i * 4, 4), 0)
+              << what << ": element " << i << " " << describe(got, t, o.out + i) << " vs "
+              << describe(want, t, i);
+      }
+    }
+  }
+}
+
+// Vector kernels whose output dtype differs from the inputs' (comparisons into int32, casts) and
+// unary ones, against the scalar element-wise kernels at an odd offset.
+TEST_F(ElementwiseKernels, VectorKernelsOfMixedWordDtypesEqualTheElementwiseOnes) {
+  const int64_t n = 4099;
+  const Bytes a = random_bytes(float32, n, 801), b = random_bytes(int32, n, 802);
+  const ElementwiseKernel kernels[] = {
+      {{float32, int32}, float32, int32, "kiln_to_float32(x0 > x1)"},
+      {{float32}, float32, uint32, "kiln_abs(x0) * 3.0"},
+      {{int32, float32}, int32, float32, "kiln_floor_divide(x0, x1 + 7)"},
+      {{float32}, float32, float32, "kiln_exp(x0 * 0.01)"},
+      {{float32}, float32, float32, "x0 + float(j)"},  // the element's index
+  };
+  for (const ElementwiseKernel& k : kernels) {
+    std::vector<GpuView> aligned, odd;
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      const Bytes& src = k.inputs[i] == float32 ? a : b;
+      aligned.push_back(view(src, k.inputs[i], {n}));
+      Bytes shifted(4, 0);
+      shifted.insert(shifted.end(), src.begin(), src.end());
+      odd.push_back(view(shifted, k.inputs[i], {n}, {1}, 1));  // offset 1: the element-wise kernel
+    }
+    const GpuView vec = output(k.out, {n}), scalar = output(k.out, {n}, 1);
+    run(k, aligned, vec);
+    run(k, odd, scalar);
+    const Bytes got = read(vec, n), want = read(scalar, n + 1);
+    ASSERT_EQ(std::memcmp(got.data(), want.data() + 4, static_cast<size_t>(n) * 4), 0) << k.expr;
+  }
+}
+
 struct ExprCase {
   const char* name;
   ElementwiseKernel kernel;

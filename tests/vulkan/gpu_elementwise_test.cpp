@@ -200,6 +200,29 @@ TEST_F(GpuElementwise, WhereFullAndCastsInEveryDtype) {
   }
 }
 
+// The contiguous 32-bit case (16-byte vector loads and stores on the GPU) in each 32-bit dtype, at
+// sizes with 1 to 3 elements past the last whole vector and past 2^20 elements, and on slice views
+// whose offsets are not multiples of 4 elements (the element-wise fallback).
+TEST_F(GpuElementwise, ContiguousWordDtypesAtOddSizesAndSliceOffsets) {
+  uint64_t seed = 60;
+  for (Dtype t : {float32, int32, uint32}) {
+    for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{1027}, (int64_t{1} << 20) + 6}) {
+      const std::string what = fmt::format("{} n {}", dtype_name(t), n);
+      const Array a = inputs_of(t, n + 5, seed++, -50, 50, false),
+                  b = inputs_of(t, n + 5, seed++, -50, 50, false);
+      const Array a0 = slice(a, {0}, {n}), b0 = slice(b, {0}, {n});
+      expect_same(add(a0, b0, Device::gpu), add(a0, b0, Device::cpu), 0, 0, what + " add");
+      expect_same(multiply(a0, b0, Device::gpu), multiply(a0, b0, Device::cpu), 0, 0, what + " multiply");
+      for (int64_t shift : {1, 2, 3, 4, 5}) {
+        const Array as = slice(a, {shift}, {shift + n}), bs = slice(b, {0}, {n});
+        expect_same(subtract(as, bs, Device::gpu), subtract(as, bs, Device::cpu), 0, 0,
+                    fmt::format("{} subtract at offset {}", what, shift));
+      }
+      expect_same(maximum(a0, 3.0, Device::gpu), maximum(a0, 3.0, Device::cpu), 0, 0, what + " maximum");
+    }
+  }
+}
+
 // A chain of GPU ops stays on the device and its gradient runs there too (the vjps are built from
 // the same elementwise primitives).
 TEST_F(GpuElementwise, GradientsOfElementwiseChains) {

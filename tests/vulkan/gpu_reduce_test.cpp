@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kiln/core/vulkan/runtime/context.h"
+#include "kiln/core/vulkan/runtime/reduce_kernels.h"
 #include "support/op_test.h"
 #include "vulkan_fixture.h"
 
@@ -445,6 +446,134 @@ TEST_F(GpuReduce, GradientsThroughGpuReductionsMatchTheCpu) {
         std::cout << "[ note ] gradient of " << name << " not all on the GPU yet: " << msg << "\n";
       }
     }
+  }
+}
+
+// Turns the subgroup variants off for its lifetime (the shared-memory trees run instead).
+struct WithoutSubgroups {
+  explicit WithoutSubgroups(bool off) { detail::vk::set_reduce_subgroups(!off); }
+  ~WithoutSubgroups() { detail::vk::set_reduce_subgroups(true); }
+};
+
+// A float32 [rows, cols] array with NaNs in some rows, two in some (max/min and argmax/argmin must
+// keep them, argmax/argmin the first).
+Array with_nans(int64_t rows, int64_t cols, uint64_t seed) {
+  std::vector<float> v;
+  for (double d : test::values(rand({rows, cols}, seed))) v.push_back(static_cast<float>(d));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t r = 0; r < rows; r += 3) {
+    const int64_t c = (r * 7) % cols;
+    v[static_cast<size_t>(r * cols + c)] = nan;
+    if (r % 2 == 0 && c + 1 < cols)
+      v[static_cast<size_t>(r * cols + c + 1)] = nan;  // neighbours: one subgroup
+  }
+  return Array(v, {rows, cols});
+}
+
+// Row reductions with the subgroup joins (lavapipe's subgroups are 8 wide, NVIDIA's 32) and with
+// them turned off, against the CPU: rows shorter than a subgroup (the tree), of one subgroup, of
+// several, of a whole workgroup and longer, several rows per workgroup, long rows split in two
+// passes; every kind in float32 (NaNs in a third of the rows), int32 and uint32, bool all/any,
+// float64 and float16 where the device has them, argmax/argmin with ties and NaNs.
+TEST_F(GpuReduce, SubgroupJoinsAndSharedMemoryTreesMatchTheCpu) {
+  std::cout << "[ note ] subgroup arithmetic: " << (ctx().caps().subgroup_arithmetic ? "yes" : "no")
+            << ", subgroup size " << ctx().caps().subgroup_size << "\n";
+  uint64_t seed = 500;
+  for (bool off : {false, true}) {
+    const WithoutSubgroups scope(off);
+    for (int64_t cols : {1, 3, 7, 8, 9, 16, 31, 33, 64, 100, 255, 256, 257, 1000, 70001}) {
+      const int64_t rows = cols > 10000 ? 3 : 37;
+      const std::string what = fmt::format("{} cols {}", off ? "tree" : "subgroups", cols);
+      const Array f = with_nans(rows, cols, seed++), g = rand({rows, cols}, seed++, float32, 0.9, 1.1);
+      const Array i = rand({rows, cols}, seed++, int32, -1000, 1000);
+      const Array u = rand({rows, cols}, seed++, uint32, 0, 3000);
+      const Array b = rand_bool({rows, cols}, seed++);
+      for (const Kind& k : kKinds) {
+        const std::string name = k.name;
+        const Array& fx = name == "prod" ? g : f;
+        expect_same([&](StreamOrDevice s) { return k.fn(fx, Axes{1}, false, s); }, 1e-5, 1e-4,
+                    what + " float32 " + name);
+        if (name == "mean") continue;
+        expect_same([&](StreamOrDevice s) { return k.fn(i, Axes{1}, false, s); }, 0, 0,
+                    what + " int32 " + name);
+        expect_same([&](StreamOrDevice s) { return k.fn(u, Axes{1}, false, s); }, 0, 0,
+                    what + " uint32 " + name);
+        expect_same([&](StreamOrDevice s) { return k.fn(b, Axes{1}, false, s); }, 0, 0,
+                    what + " bool " + name);
+        if (ctx().caps().float64)
+          expect_same([&](StreamOrDevice s) { return k.fn(astype(fx, float64), Axes{1}, false, s); }, 1e-12,
+                      1e-12, what + " float64 " + name);
+        if (storage16() && name != "prod")
+          expect_same([&](StreamOrDevice s) { return k.fn(astype(fx, float16), Axes{1}, false, s); }, 2e-3,
+                      2e-2, what + " float16 " + name);
+      }
+      const Array ties = floor(rand({rows, cols}, seed++, float32, 0, 3));
+      for (bool is_max : {true, false}) {
+        const auto arg = [&](const Array& x, StreamOrDevice s) {
+          return is_max ? argmax(x, 1, false, s) : argmin(x, 1, false, s);
+        };
+        const std::string a = what + (is_max ? " argmax" : " argmin");
+        expect_same([&](StreamOrDevice s) { return arg(f, s); }, 0, 0, a + " float32 with NaNs");
+        expect_same([&](StreamOrDevice s) { return arg(ties, s); }, 0, 0, a + " float32 ties");
+        expect_same([&](StreamOrDevice s) { return arg(i, s); }, 0, 0, a + " int32");
+        expect_same([&](StreamOrDevice s) { return arg(u, s); }, 0, 0, a + " uint32");
+        expect_same([&](StreamOrDevice s) { return arg(astype(ties, uint8), s); }, 0, 0, a + " uint8");
+        if (ctx().caps().float64)
+          expect_same([&](StreamOrDevice s) { return arg(astype(f, float64), s); }, 0, 0, a + " float64");
+      }
+    }
+  }
+}
+
+// Reductions over leading and middle axes (kept axes ending contiguous) read columns: the bias
+// gradient's sum over [4096, 768] against a float64 reference, narrow and wide column counts,
+// blocks (a middle axis, and two leading axes), one row, many rows (two passes), a slice at an
+// offset, every kind and dtypes of every kernel family, NaN columns.
+TEST_F(GpuReduce, ColumnReductionsOverLeadingAndMiddleAxes) {
+  const Array big = rand({4096, 768}, 600);
+  const Array reference = sum(astype(big, float64), Axes{0}, false, Device::cpu);
+  test::expect_close(sum(big, Axes{0}, false, Device::gpu), test::values(reference), 1e-5, 1e-3);
+  struct Case {
+    Shape shape;
+    Axes axes;
+  };
+  const Case cases[] = {{{300, 2}, {0}},       {{1000, 65}, {0}},      {{5, 333, 40}, {1}},
+                        {{6, 50, 70}, {0, 1}}, {{3, 1, 20}, {1}},      {{70000, 3}, {0}},
+                        {{20000, 130}, {0}},   {{2, 3, 4, 5}, {0, 2}}, {{4, 7, 9, 3}, {1, 2}}};
+  uint64_t seed = 610;
+  for (const Case& c : cases) {
+    const std::string shape = fmt::format("{} axes {}", c.shape, c.axes.size() == 1 ? c.axes[0] : -1);
+    const Array f = rand(c.shape, seed++), g = rand(c.shape, seed++, float32, 0.95, 1.05);
+    const Array i = rand(c.shape, seed++, int32, -100, 100), b = rand_bool(c.shape, seed++);
+    for (const Kind& k : kKinds) {
+      const std::string name = k.name;
+      const Array& fx = name == "prod" ? g : f;
+      expect_same([&](StreamOrDevice s) { return k.fn(fx, c.axes, false, s); }, 1e-4, 1e-3,
+                  shape + " float32 " + name);
+      expect_same([&](StreamOrDevice s) { return k.fn(fx, c.axes, true, s); }, 1e-4, 1e-3,
+                  shape + " float32 keepdims " + name);
+      if (name == "mean") continue;
+      expect_same([&](StreamOrDevice s) { return k.fn(i, c.axes, false, s); }, 0, 0,
+                  shape + " int32 " + name);
+      expect_same([&](StreamOrDevice s) { return k.fn(b, c.axes, false, s); }, 0, 0, shape + " bool " + name);
+      expect_same([&](StreamOrDevice s) { return k.fn(astype(i, int8), c.axes, false, s); }, 0, 0,
+                  shape + " int8 " + name);
+      if (storage16() && name != "prod")
+        expect_same([&](StreamOrDevice s) { return k.fn(astype(fx, bfloat16), c.axes, false, s); }, 2e-2,
+                    5e-2, shape + " bfloat16 " + name);
+      if (ctx().caps().int64)
+        expect_same([&](StreamOrDevice s) { return k.fn(astype(i, int64), c.axes, false, s); }, 0, 0,
+                    shape + " int64 " + name);
+    }
+  }
+  // A slice at an offset (rows 1.., columns 2..) and NaNs in some columns.
+  const Array m = with_nans(400, 37, 620);
+  const Array sliced = slice(m, {1, 2}, {400, 37});
+  for (const Kind& k : kKinds) {
+    expect_same([&](StreamOrDevice s) { return k.fn(sliced, Axes{0}, false, s); }, 1e-4, 1e-3,
+                std::string("slice ") + k.name);
+    expect_same([&](StreamOrDevice s) { return k.fn(m, Axes{0}, false, s); }, 1e-4, 1e-3,
+                std::string("NaN columns ") + k.name);
   }
 }
 

@@ -31,6 +31,9 @@ struct Variant {
   int rank = 0;  // merged rank, when an input is strided (else 0)
   std::vector<Walk> walks;
   bool meta_in_buffer = false;  // the index words do not fit the push constants
+  // 32-bit output and linear inputs, their offsets multiples of 4 elements, no strided input:
+  // each invocation loads and stores whole 16-byte vectors (generate_vec4).
+  bool vec4 = false;
   ElementwiseFeatures features;
   bool operator==(const Variant&) const = default;
 };
@@ -146,10 +149,24 @@ std::string native_store(Dtype t, const std::string& v) {
   }
 }
 
+// The 4-vector of a 32-bit dtype's value type (what the vector variant loads and stores).
+const char* vector_type(Dtype t) {
+  switch (t) {
+    case Dtype::float32:
+      return "vec4";
+    case Dtype::int32:
+      return "ivec4";
+    default:
+      return "uvec4";
+  }
+}
+
 std::string to(Dtype t) { return fmt::format("kiln_to_{}", dtype_name(t)); }
 
-// The whole compute shader of one variant.
-std::string generate(const ElementwiseKernel& k, const Variant& v, uint32_t meta_words) {
+// The shader's head: extensions, the common GLSL, the input bindings (vectors where
+// `vector_input` says so) and the output's, the index words.
+std::string preamble(const ElementwiseKernel& k, const Variant& v, uint32_t meta_words,
+                     const std::vector<bool>& vector_input, bool vector_out) {
   const ElementwiseFeatures& f = v.features;
   const size_t n_in = k.inputs.size();
   std::vector<Dtype> all(k.inputs);
@@ -169,10 +186,10 @@ std::string generate(const ElementwiseKernel& k, const Variant& v, uint32_t meta
        "#include \"common/elementwise_ops.glsl\"\n\n";
   for (size_t i = 0; i < n_in; ++i)
     s += fmt::format("layout(std430, set = 0, binding = {0}) readonly buffer In{0} {{ {1} in{0}[]; }};\n", i,
-                     storage_type(k.inputs[i], f));
+                     vector_input[i] ? vector_type(k.inputs[i]) : storage_type(k.inputs[i], f));
   const uint32_t per = per_invocation(k.out, f);
   s += fmt::format("layout(std430, set = 0, binding = {}) {}buffer Out {{ {} out0[]; }};\n", n_in,
-                   per > 1 ? "" : "writeonly ", storage_type(k.out, f));
+                   per > 1 ? "" : "writeonly ", vector_out ? vector_type(k.out) : storage_type(k.out, f));
   if (v.meta_in_buffer) {
     s += fmt::format("layout(std430, set = 0, binding = {}) readonly buffer Meta {{ uint meta[]; }};\n",
                      n_in + 1);
@@ -183,10 +200,97 @@ std::string generate(const ElementwiseKernel& k, const Variant& v, uint32_t meta
         meta_words);
   }
   s += "\n" + k.helpers + "\n";
+  return s;
+}
+
+// `<out value type> kiln_compute(<input value types> v0, ...)`: the conversions to the compute
+// type, the chain and the result of one element.
+std::string compute_function(const ElementwiseKernel& k) {
+  std::string params = "uint j";  // the output element's index, which expressions may read
+  for (size_t i = 0; i < k.inputs.size(); ++i)
+    params += fmt::format(", {} v{}", glsl_value_type(k.inputs[i]), i);
+  std::string s = fmt::format("\n{} kiln_compute({}) {{\n", glsl_value_type(k.out), params);
+  for (size_t i = 0; i < k.inputs.size(); ++i)
+    s += fmt::format("  const {} x{} = {}(v{});\n", glsl_value_type(k.compute), i, to(k.compute), i);
+  for (size_t i = 0; i < k.steps.size(); ++i)
+    s += fmt::format("  const {} t{} = {}({});\n", glsl_value_type(k.steps[i].dtype), i, to(k.steps[i].dtype),
+                     k.steps[i].expr);
+  s += fmt::format("  return {}({});\n}}\n", to(k.out), k.expr);
+  return s;
+}
+
+// Vectors one invocation moves per pass of its loop in a large dispatch (all loads issued before
+// the stores, as the vec4 copy of ../shared/vkbench does, which reaches 97% of CUDA's copy).
+constexpr uint32_t kVectorsPerInvocation = 4;
+
+// The vector variant: each invocation loads kVectorsPerInvocation vectors of every linear input
+// (16 bytes each, offsets one grid apart so that a subgroup's loads are contiguous), computes
+// their 4 elements, stores whole vectors; the n % 4 last elements go to the first invocations.
+// Scalar inputs are loaded once.
+std::string generate_vec4(const ElementwiseKernel& k, const Variant& v, uint32_t meta_words) {
+  const size_t n_in = k.inputs.size();
+  std::vector<bool> vector_input(n_in);
+  for (size_t i = 0; i < n_in; ++i) vector_input[i] = v.walks[i] == Walk::linear;
+  std::string s = preamble(k, v, meta_words, vector_input, true);
+  for (size_t i = 0; i < n_in; ++i)
+    if (!vector_input[i])
+      s += load_function(k.inputs[i], v.features, fmt::format("kiln_load{}", i), fmt::format("in{}", i));
+  s += compute_function(k);
+  const std::string kU = fmt::format("{}u", kVectorsPerInvocation);
+  s += "\nvoid main() {\n  const uint n = KILN_META(0), vectors = n >> 2u, out_at = KILN_META(1) >> 2u;\n"
+       "  const uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y * kWorkgroupSize;\n"
+       "  const uint first = kiln_global_id();\n";
+  // kiln_compute's arguments: `vector(i)` for a linear input, s<i> for a scalar one.
+  auto args = [&](const std::string& j, auto vector) {
+    std::string a = j;
+    for (size_t i = 0; i < n_in; ++i) a += ", " + (vector_input[i] ? vector(i) : fmt::format("s{}", i));
+    return a;
+  };
+  for (size_t i = 0; i < n_in; ++i) {
+    if (vector_input[i])
+      s += fmt::format("  const uint at{0} = KILN_META({1}) >> 2u;\n", i, 2 + i);
+    else
+      s += fmt::format("  const {1} s{0} = kiln_load{0}(KILN_META({2}));\n", i, glsl_value_type(k.inputs[i]),
+                       2 + i);
+  }
+  s += fmt::format("  for (uint g = first; g < vectors; g += {} * stride) {{\n", kU);
+  for (size_t i = 0; i < n_in; ++i)
+    if (vector_input[i]) s += fmt::format("    {} a{}[{}];\n", vector_type(k.inputs[i]), i, kU);
+  s += fmt::format(
+      "    for (uint u = 0u; u < {}; ++u) {{\n      const uint q = g + u * stride;\n"
+      "      if (q >= vectors) break;\n",
+      kU);
+  for (size_t i = 0; i < n_in; ++i)
+    if (vector_input[i]) s += fmt::format("      a{0}[u] = in{0}[at{0} + q];\n", i);
+  s += fmt::format(
+      "    }}\n    for (uint u = 0u; u < {}; ++u) {{\n      const uint q = g + u * stride;\n"
+      "      if (q >= vectors) break;\n",
+      kU);
+  s += fmt::format("      {} r;\n", vector_type(k.out));
+  for (uint32_t c = 0; c < 4; ++c)
+    s += fmt::format("      r.{} = kiln_compute({});\n", "xyzw"[c],
+                     args(fmt::format("q * 4u + {}u", c),
+                          [&](size_t i) { return fmt::format("a{}[u].{}", i, "xyzw"[c]); }));
+  s += "      out0[out_at + q] = r;\n    }\n  }\n";
+  s += fmt::format(
+      "  if (first < (n & 3u)) out0[out_at + vectors][first] = kiln_compute({});\n}}\n",
+      args("vectors * 4u + first", [](size_t i) { return fmt::format("in{0}[at{0} + vectors][first]", i); }));
+  return s;
+}
+
+// The whole compute shader of one variant.
+std::string generate(const ElementwiseKernel& k, const Variant& v, uint32_t meta_words) {
+  if (v.vec4) return generate_vec4(k, v, meta_words);
+  const ElementwiseFeatures& f = v.features;
+  const size_t n_in = k.inputs.size();
+  std::string s = preamble(k, v, meta_words, std::vector<bool>(n_in, false), false);
+  const uint32_t per = per_invocation(k.out, f);
+
   for (size_t i = 0; i < n_in; ++i)
     s += load_function(k.inputs[i], f, fmt::format("kiln_load{}", i), fmt::format("in{}", i));
 
-  // One element: the inputs' positions, their values, the chain, the result.
+  s += compute_function(k);
+  // One element: the inputs' positions, their values, the result.
   s += fmt::format("\n{} kiln_element(uint j) {{\n", glsl_value_type(k.out));
   const uint32_t shape_at = 2 + static_cast<uint32_t>(n_in);
   std::vector<std::string> position(n_in);
@@ -215,15 +319,9 @@ std::string generate(const ElementwiseKernel& k, const Variant& v, uint32_t meta
       s += "  }\n";
     }
   }
-  for (size_t i = 0; i < n_in; ++i) {
-    s += fmt::format("  const {} v{} = kiln_load{}(uint({}));\n", glsl_value_type(k.inputs[i]), i, i,
-                     position[i]);
-    s += fmt::format("  const {} x{} = {}(v{});\n", glsl_value_type(k.compute), i, to(k.compute), i);
-  }
-  for (size_t i = 0; i < k.steps.size(); ++i)
-    s += fmt::format("  const {} t{} = {}({});\n", glsl_value_type(k.steps[i].dtype), i, to(k.steps[i].dtype),
-                     k.steps[i].expr);
-  s += fmt::format("  return {}({});\n}}\n\n", to(k.out), k.expr);
+  std::string args = "j";
+  for (size_t i = 0; i < n_in; ++i) args += fmt::format(", kiln_load{}(uint({}))", i, position[i]);
+  s += fmt::format("  return kiln_compute({});\n}}\n\n", args);
 
   // One invocation's work, then main() striding over the grid: a large dispatch has each
   // invocation handle several elements (the host dispatches fewer groups), a small one one each.
@@ -275,7 +373,7 @@ uint64_t kernel_hash(const ElementwiseKernel& k, const Variant& v, uint32_t meta
   for (Walk w : v.walks) h = mix(h, static_cast<uint64_t>(w));
   const ElementwiseFeatures& f = v.features;
   h = mix(h, uint64_t{f.storage8} | uint64_t{f.storage16} << 1 | uint64_t{f.int64} << 2 |
-                 uint64_t{f.float64} << 3 | uint64_t{v.meta_in_buffer} << 4);
+                 uint64_t{f.float64} << 3 | uint64_t{v.meta_in_buffer} << 4 | uint64_t{v.vec4} << 5);
   h = mix(h, text_hash(k.expr));
   h = mix(h, text_hash(k.helpers));
   for (const ElementwiseStep& st : k.steps)
@@ -368,6 +466,20 @@ thread_local Scratch tls_scratch;
 // (or packed words): fewer, longer-lived invocations reach more of the memory bandwidth.
 constexpr uint64_t kLoopFrom = uint64_t{1} << 20;
 constexpr uint64_t kElementsPerInvocation = 4;
+
+// Whether the vector variant can run: a 32-bit output, every input linear (32-bit, read as vectors)
+// or scalar (any dtype, read once), and the output's and linear inputs' offsets multiples of 4
+// elements (16 bytes; buffers themselves start 256-byte aligned, memory.h).
+bool vector_eligible(const ElementwiseKernel& k, const Variant& v, std::span<const GpuView> inputs,
+                     const GpuView& out) {
+  auto word_sized = [](Dtype t) { return t == Dtype::float32 || t == Dtype::int32 || t == Dtype::uint32; };
+  if (!word_sized(k.out) || out.offset % 4 != 0 || v.meta_in_buffer) return false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (v.walks[i] == Walk::strided) return false;
+    if (v.walks[i] == Walk::linear && (!word_sized(k.inputs[i]) || inputs[i].offset % 4 != 0)) return false;
+  }
+  return true;
+}
 
 uint32_t word(int64_t x) { return static_cast<uint32_t>(static_cast<int32_t>(x)); }
 
@@ -486,6 +598,7 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
         for (int64_t st : s.strides[i]) meta.push_back(word(st));
   }
   v.meta_in_buffer = meta.size() > kPushWords;
+  v.vec4 = vector_eligible(k, v, inputs, out);
   const size_t bindings = n_in + 1 + (v.meta_in_buffer ? 1 : 0);
   if (bindings > Context::kMaxBindings)
     throw NotImplemented::of(kOp, "too many inputs for one kernel", "{} inputs need {} bindings, at most {}",
@@ -511,12 +624,19 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
     binds[n_in + 1] = {std::move(b), Access::read};
     push = {};
   }
+  const uint32_t wg = workgroup_size(ctx);
+  const uint32_t spec[] = {wg};
+  if (v.vec4) {
+    const uint64_t vectors = static_cast<uint64_t>(n) / 4;
+    const uint64_t per_group = wg * (vectors >= kLoopFrom / 4 ? kVectorsPerInvocation : 1);
+    r.dispatch(shader, spec, std::span<const Binding>(binds.data(), bindings), push,
+               Groups::linear(std::max<uint64_t>((vectors + per_group - 1) / per_group, 1), ctx));
+    return;
+  }
   const uint64_t first_word = static_cast<uint64_t>(out.offset) / per;
   const uint64_t last_word = static_cast<uint64_t>(out.offset + n - 1) / per;
   const uint64_t invocations = last_word - first_word + 1;
-  const uint32_t wg = workgroup_size(ctx);
   const uint64_t per_group = wg * (invocations >= kLoopFrom ? kElementsPerInvocation : 1);
-  const uint32_t spec[] = {wg};
   r.dispatch(shader, spec, std::span<const Binding>(binds.data(), bindings), push,
              Groups::linear((invocations + per_group - 1) / per_group, ctx));
 }

@@ -25,6 +25,7 @@ struct ElementwiseStep {
 ///   x0, x1, ...   input i converted to `compute` by the CPU's casting rules (core/ops/cast.cpp)
 ///   v0, v1, ...   input i as stored, in its own dtype's GLSL type (for chains of mixed dtypes)
 ///   t0, t1, ...   the steps' results, in order
+///   j             the output element's index (uint, from 0), for kernels that need it (arange, random)
 ///   kiln_to_<dtype>(v)   any such value converted to <dtype> (kiln_to_float16, kiln_to_int8, ...)
 ///   kiln_exp, kiln_tanh, ... of shaders/common/elementwise_ops.glsl
 /// The output is kiln_to_<out>(expr).

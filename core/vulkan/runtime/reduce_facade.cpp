@@ -1,6 +1,7 @@
 // gpu::reduce and gpu::arg_reduce (core/vulkan/gpu.h) on the row-reduction kernels: the reduced
 // axes go last, the kept ones form the rows and the reduced ones the columns; a copy into a
-// row-major temporary makes them so when the view's strides do not.
+// row-major temporary makes them so when the view's strides do not. Reductions over leading or
+// middle axes whose kept axes end contiguous read columns instead (record_reduce_cols).
 #include <optional>
 
 #include "kiln/core/cpu/reduce.h"
@@ -58,11 +59,38 @@ vk::GpuView as_rows(vk::Recorder& r, const Array& x, std::span<const int> axes) 
   return v;
 }
 
+// x with `axes` last as a [blocks, rows, cols] view for record_reduce_cols when the reduced axes
+// do not step by 1 and the kept ones end in a contiguous run of at least two elements: kept dims
+// [0, j) form the blocks, the reduced ones the rows, kept dims [j, kept) the (dense) columns.
+std::optional<vk::GpuView> as_columns(const Array& x, std::span<const int> axes) {
+  vk::GpuView v = vk::move_axes_to_end(vk::array_view(x), axes);
+  const size_t n = v.shape.size(), kept = n - axes.size();
+  if (x.size() == 0 || kept == 0) return std::nullopt;
+  const std::optional<int64_t> row_stride = vk::merged_stride(v, kept, n);
+  if (vk::shape_product(v.shape, kept, n) <= 1 || !row_stride || *row_stride == 1 || *row_stride < 0)
+    return std::nullopt;
+  // The longest run of kept dims ending last that steps by 1.
+  size_t j = kept;
+  while (j > 0 && vk::merged_stride(v, j - 1, kept) == std::optional<int64_t>(1)) --j;
+  while (j < kept && v.shape[j] == 1) ++j;  // size-1 dims belong with the blocks
+  const int64_t cols = vk::shape_product(v.shape, j, kept);
+  const std::optional<int64_t> block_stride = vk::merged_stride(v, 0, j);
+  if (cols < 2 || !block_stride || *block_stride < 0) return std::nullopt;
+  v.shape = {vk::shape_product(v.shape, 0, j), vk::shape_product(v.shape, kept, n), cols};
+  v.strides = {*block_stride, *row_stride, 1};
+  return v;
+}
+
 }  // namespace
 
 void reduce(uint8_t kind, const Array& x, std::span<const int> axes, Array& out) {
   allocate(out);
   if (out.size() == 0) return;
+  if (std::optional<vk::GpuView> columns = as_columns(x, axes)) {
+    vk::record_reduce_cols(vk::thread_recorder(), static_cast<detail::ReduceKind>(kind), *columns,
+                           vk::array_out_view(out, {out.size()}));
+    return;
+  }
   vk::record_reduce_rows(vk::thread_recorder(), static_cast<detail::ReduceKind>(kind),
                          as_rows(vk::thread_recorder(), x, axes), vk::array_out_view(out, {out.size()}));
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <string>
 
@@ -15,6 +16,7 @@ namespace {
 
 struct ReducePush {
   uint32_t rows, cols, row_stride, col_stride, in_offset, out_offset, splits, chunk, threads_per_row, count;
+  uint32_t inner = 0;  // columns: K
 };
 struct WidenPush {
   uint32_t n, rank, src_offset;
@@ -30,6 +32,22 @@ struct ArgReducePush {
 constexpr int64_t kSplitCols = 65536;
 constexpr int64_t kSplitMaxRows = 128;
 constexpr int64_t kChunk = 16384;
+
+// Column reductions: workgroups enough to fill a large GPU (an H200 has 132 SMs), each invocation
+// folding at least kColumnFold rows of its column before the split's partials are joined.
+constexpr int64_t kColumnGroups = 1024;
+constexpr int64_t kColumnFold = 16;
+constexpr uint32_t kColumnWidth = 64;  // neighbouring columns per workgroup: 256-byte float rows
+
+std::atomic<bool> g_subgroups{true};
+
+// The name of a kernel's variant, the subgroup one (suffix _sg) where the device has subgroup
+// arithmetic; int64 has none (subgroup operations on 64-bit integers are a further feature).
+std::string variant_name(const Context& ctx, const char* base, Dtype in_t) {
+  const bool sg =
+      g_subgroups.load(std::memory_order_relaxed) && ctx.caps().subgroup_arithmetic && in_t != int64;
+  return sg ? std::string(base) + "_sg" : std::string(base);
+}
 
 struct Layout {
   uint32_t wg, tpr;
@@ -117,42 +135,126 @@ bool widened_out(ReduceKind kind, Dtype out_t) {
   return (kind == ReduceKind::sum || kind == ReduceKind::prod) && out_t == uint32;
 }
 
-// One pass of reduce_rows.comp.
-void dispatch_reduce(Recorder& r, const char* shader, ReduceKind kind, uint32_t out_bytes,
+// One pass of reduce_rows.comp over rows.
+void dispatch_reduce(Recorder& r, const char* shader, Dtype in_t, ReduceKind kind, uint32_t out_bytes,
                      const BufferPtr& in, const BufferPtr& out, const ReducePush& p, int64_t logical_rows,
                      int64_t cols) {
   const Context& ctx = r.context();
   const Layout l = layout(ctx, cols);
   ReducePush push = p;
   push.threads_per_row = l.tpr;
-  r.dispatch(builtin_shader(shader), {l.wg, static_cast<uint32_t>(kind), out_bytes},
-             {{in, Access::read}, {out, Access::write}}, push, groups_for(ctx, logical_rows, l));
+  r.dispatch(builtin_shader(variant_name(ctx, shader, in_t)),
+             {l.wg, static_cast<uint32_t>(kind), out_bytes, 0u}, {{in, Access::read}, {out, Access::write}},
+             push, groups_for(ctx, logical_rows, l));
+}
+
+// One pass of reduce_rows.comp over columns: p.rows blocks of p.cols rows of p.inner columns, in
+// p.splits splits. The tree runs over a workgroup's rows (subgroups span its columns).
+void dispatch_columns(Recorder& r, const char* shader, ReduceKind kind, uint32_t out_bytes,
+                      const BufferPtr& in, const BufferPtr& out, const ReducePush& p) {
+  const Context& ctx = r.context();
+  const uint32_t wg = std::bit_floor(workgroup_size(ctx));
+  ReducePush push = p;
+  push.threads_per_row = std::min(wg, p.inner >= kColumnWidth ? kColumnWidth : std::bit_ceil(p.inner));
+  const uint64_t blocks = (p.inner + push.threads_per_row - 1) / push.threads_per_row;
+  r.dispatch(builtin_shader(shader), {wg, static_cast<uint32_t>(kind), out_bytes, 1u},
+             {{in, Access::read}, {out, Access::write}}, push,
+             Groups::linear(uint64_t{p.rows} * p.splits * blocks, ctx));
 }
 
 }  // namespace
+
+namespace {
+
+// The checks of the output dtype and the device, the variants and the byte-output mode.
+struct ReducePlan {
+  ReduceVariants v;
+  uint32_t out_bytes;
+};
+ReducePlan plan_reduce(const Context& ctx, ReduceKind kind, Dtype in_t, Dtype out_t, const char* op) {
+  if (out_t != reduce_out_dtype(kind, in_t) && !(in_t == int32 && widened_out(kind, out_t)))
+    throw ValueError::of(op, "wrong output dtype", "{} for {} of {}", dtype_name(out_t),
+                         static_cast<int>(kind), dtype_name(in_t));
+  if (kind == ReduceKind::mean && !is_floating(in_t))
+    throw NotImplemented::of(op, "mean takes float inputs only", "{}", dtype_name(in_t));
+  // Byte outputs are written through atomics on words: bools as 0/1, int8/uint8 as the low byte.
+  const bool out_bool = out_t == bool_;
+  const uint32_t out_bytes = out_bool ? 1u : size_of(out_t) == 1 ? 2u : 0u;
+  const ReduceVariants v = reduce_variants(in_t, out_bool, op);
+  need_features(ctx, in_t, op);
+  return {v, out_bytes};
+}
+
+}  // namespace
+
+void set_reduce_subgroups(bool enabled) { g_subgroups.store(enabled, std::memory_order_relaxed); }
+
+void record_reduce_cols(Recorder& r, ReduceKind kind, const GpuView& x, const GpuView& out) {
+  constexpr const char* op = "gpu reduce";
+  check_view(x, op);
+  check_view(out, op);
+  if (x.shape.size() != 3) throw ShapeError::of(op, "needs a [blocks, rows, cols] view", "{}", x.shape);
+  const int64_t blocks = x.shape[0], rows = x.shape[1], cols = x.shape[2];
+  check_contiguous_out(out, {blocks * cols}, op);
+  if (cols > 1 && x.strides[2] != 1)
+    throw NotImplemented::of(op, "the kept columns must be contiguous", "strides {}", x.strides);
+  if (x.strides[0] < 0 || x.strides[1] < 0)
+    throw NotImplemented::of(op, "negative strides", "strides {}", x.strides);
+  Context& ctx = r.context();
+  const ReducePlan plan = plan_reduce(ctx, kind, x.dtype, out.dtype, op);
+  if (blocks == 0 || cols == 0) return;
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  const uint32_t wg = std::bit_floor(workgroup_size(ctx));
+  const int64_t width = std::min<int64_t>(wg, cols >= kColumnWidth ? kColumnWidth : std::bit_ceil(u(cols)));
+  const int64_t per_group = blocks * ((cols + width - 1) / width), fold_rows = (wg / width) * kColumnFold;
+  int64_t splits = std::clamp<int64_t>(
+      std::min((kColumnGroups + per_group - 1) / per_group, rows / fold_rows), 1, std::max<int64_t>(rows, 1));
+  const int64_t chunk = splits > 1 ? (rows + splits - 1) / splits : rows;
+  splits = splits > 1 ? (rows + chunk - 1) / chunk : 1;
+  const ReducePush single{u(blocks),
+                          u(rows),
+                          u(x.strides[0]),
+                          u(x.strides[1]),
+                          u(x.offset),
+                          u(out.offset),
+                          1,
+                          u(std::max<int64_t>(rows, 1)),
+                          0,
+                          u(rows),
+                          u(cols)};
+  if (splits == 1) {
+    dispatch_columns(r, plan.v.single, kind, plan.out_bytes, x.buffer, out.buffer, single);
+    return;
+  }
+  // Partials [blocks, splits, cols]; mean: the first pass sums, the second divides by rows.
+  const BufferPtr partials =
+      ctx.allocator().allocate(static_cast<size_t>(blocks * splits * cols) * size_of(plan.v.partial));
+  ReducePush first = single;
+  first.out_offset = 0;
+  first.splits = u(splits);
+  first.chunk = u(chunk);
+  dispatch_columns(r, plan.v.first, kind == ReduceKind::mean ? ReduceKind::sum : kind, 0, x.buffer, partials,
+                   first);
+  dispatch_columns(
+      r, plan.v.second, kind, plan.out_bytes, partials, out.buffer,
+      {u(blocks), u(splits), u(splits * cols), u(cols), 0, u(out.offset), 1, u(splits), 0, u(rows), u(cols)});
+}
 
 void record_reduce_rows(Recorder& r, ReduceKind kind, const GpuView& x, const GpuView& out) {
   constexpr const char* op = "gpu reduce";
   const int64_t row_stride = check_rows(x, out, op, size_of(x.dtype) == 1);
   const int64_t col_stride = x.shape[1] > 1 ? x.strides[1] : 1;
   const Dtype in_t = x.dtype;
-  if (out.dtype != reduce_out_dtype(kind, in_t) && !(in_t == int32 && widened_out(kind, out.dtype)))
-    throw ValueError::of(op, "wrong output dtype", "{} for {} of {}", dtype_name(out.dtype),
-                         static_cast<int>(kind), dtype_name(in_t));
-  if (kind == ReduceKind::mean && !is_floating(in_t))
-    throw NotImplemented::of(op, "mean takes float inputs only", "{}", dtype_name(in_t));
-  // Byte outputs are written through atomics on words: bools as 0/1, int8/uint8 as the low byte.
-  const bool out_bool = out.dtype == bool_;
-  const uint32_t out_bytes = out_bool ? 1u : size_of(out.dtype) == 1 ? 2u : 0u;
-  const ReduceVariants v = reduce_variants(in_t, out_bool, op);
   Context& ctx = r.context();
-  need_features(ctx, in_t, op);
+  const ReducePlan plan = plan_reduce(ctx, kind, in_t, out.dtype, op);
+  const ReduceVariants& v = plan.v;
+  const uint32_t out_bytes = plan.out_bytes;
   const int64_t rows = x.shape[0], cols = x.shape[1];
   if (rows == 0) return;
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
   if (cols < kSplitCols || rows >= kSplitMaxRows) {
     dispatch_reduce(
-        r, v.single, kind, out_bytes, x.buffer, out.buffer,
+        r, v.single, in_t, kind, out_bytes, x.buffer, out.buffer,
         {u(rows), u(cols), u(row_stride), u(col_stride), u(x.offset), u(out.offset), 1, u(cols), 0, u(cols)},
         rows, cols);
     return;
@@ -162,11 +264,11 @@ void record_reduce_rows(Recorder& r, ReduceKind kind, const GpuView& x, const Gp
       ctx.allocator().allocate(static_cast<size_t>(rows * splits) * size_of(v.partial));
   // mean: the first pass sums, the second divides by the whole row's length.
   const ReduceKind first_kind = kind == ReduceKind::mean ? ReduceKind::sum : kind;
-  dispatch_reduce(r, v.first, first_kind, 0, x.buffer, partials,
+  dispatch_reduce(r, v.first, in_t, first_kind, 0, x.buffer, partials,
                   {u(rows * splits), u(cols), u(row_stride), u(col_stride), u(x.offset), 0, u(splits),
                    u(chunk), 0, u(cols)},
                   rows * splits, chunk);
-  dispatch_reduce(r, v.second, kind, out_bytes, partials, out.buffer,
+  dispatch_reduce(r, v.second, v.partial, kind, out_bytes, partials, out.buffer,
                   {u(rows), u(splits), u(splits), 1, 0, u(out.offset), 1, u(splits), 0, u(cols)}, rows,
                   splits);
 }
@@ -250,7 +352,7 @@ void record_arg_reduce_rows(Recorder& r, bool is_max, const GpuView& x, const Gp
   const Layout l = layout(ctx, cols);
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
   const ArgReducePush p{u(rows), u(cols), u(row_stride), u(col_stride), u(x.offset), u(out.offset), l.tpr};
-  r.dispatch(builtin_shader(shader), {l.wg, is_max ? 1u : 0u},
+  r.dispatch(builtin_shader(variant_name(ctx, shader, x.dtype)), {l.wg, is_max ? 1u : 0u},
              {{x.buffer, Access::read}, {out.buffer, Access::write}}, p, groups_for(ctx, rows, l));
 }
 

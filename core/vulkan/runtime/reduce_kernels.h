@@ -17,6 +17,18 @@ namespace kiln::detail::vk {
 /// Throws ShapeError, ValueError, NotImplemented (a device feature missing).
 void record_reduce_rows(Recorder& r, ReduceKind kind, const GpuView& x, const GpuView& out);
 
+/// out[b, k] = the reduction `kind` of x[b, :, k] for a 3-D view x [blocks, rows, cols] whose
+/// columns have stride 1 (blocks and rows any non-negative strides; rows may be 0): the reduction
+/// over a leading or middle axis (a bias gradient's sum over the batch), with coalesced loads of
+/// neighbouring columns and no transposing copy. out is contiguous [blocks * cols]; dtypes, kinds
+/// and errors as record_reduce_rows.
+void record_reduce_cols(Recorder& r, ReduceKind kind, const GpuView& x, const GpuView& out);
+
+/// Whether the reductions may use subgroup operations (the _sg variants) where the device has
+/// subgroup arithmetic; on by default. Process-wide; tests turn it off to run the shared-memory
+/// trees on a device that has subgroups.
+void set_reduce_subgroups(bool enabled);
+
 /// dst = src's bytes (bool, uint8: zero-extended; int8: sign-extended) as int32, src any
 /// non-negative strides (merged to at most kMaxStridedRank dims), dst contiguous with src's shape:
 /// what reductions of bytes whose axes do not merge read instead (record_copy moves no 1-byte
