@@ -12,6 +12,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
+
+#include "kiln/core/vulkan/runtime/profile.h"
 
 namespace {
 
@@ -33,6 +37,21 @@ bool use_gpu(benchmark::State& st) {
   return true;
 }
 
+// With KILN_VULKAN_PROFILE=1, a "gpu_us" counter: the GPU time of the timed loop's dispatches per
+// iteration (timestamps around each dispatch, kiln/core/vulkan/runtime/profile.h), without the
+// submit and wait that the wall time includes: the figure to set beside a peer's CUDA-event time.
+void start_gpu_time() {
+  if (kiln::detail::vk::profiling()) kiln::detail::vk::profile_clear();
+}
+void report_gpu_time(benchmark::State& st) {
+  if (!kiln::detail::vk::profiling() || st.iterations() == 0) return;
+  const std::string report = kiln::detail::vk::profile_report();
+  const size_t at = report.find("): ");
+  if (at == std::string::npos) return;
+  const double ms = std::atof(report.c_str() + at + 3);
+  st.counters["gpu_us"] = ms * 1e3 / static_cast<double>(st.iterations());
+}
+
 Array device_random(const kiln::Shape& shape, uint64_t seed) {
   Array x = kiln::random::uniform(shape, kiln::random::key(seed), -1.0, 1.0);
   x.eval();
@@ -44,7 +63,9 @@ void BM_gpu_matmul_f32(benchmark::State& st) {
   const int64_t n = small() ? 512 : 4096;
   const Array a = device_random({n, n}, 1), b = device_random({n, n}, 2);
   for (int i = 0; i < 2; ++i) kiln::matmul(a, b).eval();
+  start_gpu_time();
   for (auto _ : st) kiln::matmul(a, b).eval();
+  report_gpu_time(st);
   st.counters["TFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(n * n * n) * 1e-12,
                                               benchmark::Counter::kIsIterationInvariantRate);
   st.SetLabel(fmt::format("{}^3", n));
@@ -59,7 +80,9 @@ void BM_gpu_matmul_f16(benchmark::State& st) {
   const Array b = kiln::astype(device_random({n, n}, 2), kiln::float16);
   kiln::eval(a, b);
   for (int i = 0; i < 2; ++i) kiln::matmul(a, b).eval();
+  start_gpu_time();
   for (auto _ : st) kiln::matmul(a, b).eval();
+  report_gpu_time(st);
   st.counters["TFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(n * n * n) * 1e-12,
                                               benchmark::Counter::kIsIterationInvariantRate);
   st.SetLabel(fmt::format("{}^3", n));
@@ -81,20 +104,43 @@ void BM_gpu_matmul_f16_tile(benchmark::State& st, const char* tile, const char* 
   unsetenv("KILN_VULKAN_COOPMAT_SHAPE");
 }
 
-// Bytes moved per element: two reads and a write. The peer is PyTorch's device-to-device copy of
-// 1 GiB (bench/gpu_peer.py), the bandwidth the GPU reaches.
-// One GEMM of st.range: M, N, K, batch (float32).
+// One GEMM of st.range: M, N, K, batch, and whether a is the transposed view of a [K, M] array (as
+// x^T in a weight gradient is) (float32).
 void BM_gpu_matmul_shape(benchmark::State& st) {
   if (!use_gpu(st)) return;
   const int64_t m = st.range(0), n = st.range(1), k = st.range(2), batch = st.range(3);
-  const Array a = device_random(batch > 1 ? kiln::Shape{batch, m, k} : kiln::Shape{m, k}, 11);
+  const bool a_transposed = st.range(4) != 0;
+  const Array a =
+      a_transposed ? kiln::swapaxes(
+                         device_random(batch > 1 ? kiln::Shape{batch, k, m} : kiln::Shape{k, m}, 11), -1, -2)
+                   : device_random(batch > 1 ? kiln::Shape{batch, m, k} : kiln::Shape{m, k}, 11);
   const Array b = device_random(batch > 1 ? kiln::Shape{batch, k, n} : kiln::Shape{k, n}, 12);
   for (int i = 0; i < 2; ++i) kiln::matmul(a, b).eval();
+  start_gpu_time();
   for (auto _ : st) kiln::matmul(a, b).eval();
+  report_gpu_time(st);
   st.counters["TFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(batch * m * n * k) * 1e-12,
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// BM_gpu_matmul_shape with the float32 GEMM's tile and K slices forced (KILN_VULKAN_MATMUL_TILE /
+// _SPLITK; "" and 0 leave kiln's choice), to pick the plan's thresholds on a new GPU (registered
+// below when KILN_GPU_BENCH_TILES=1).
+void BM_gpu_matmul_shape_tile(benchmark::State& st, const char* tile, int splits) {
+  if (*tile) setenv("KILN_VULKAN_MATMUL_TILE", tile, 1);
+  const std::string s = std::to_string(splits);
+  if (splits > 0) setenv("KILN_VULKAN_MATMUL_SPLITK", s.c_str(), 1);
+  try {
+    BM_gpu_matmul_shape(st);
+  } catch (const kiln::Error& e) {
+    st.SkipWithError(e.what());
+  }
+  unsetenv("KILN_VULKAN_MATMUL_TILE");
+  unsetenv("KILN_VULKAN_MATMUL_SPLITK");
+}
+
+// Bytes moved per element: two reads and a write. The peer is PyTorch's device-to-device copy of
+// 1 GiB (bench/gpu_peer.py), the bandwidth the GPU reaches.
 void BM_gpu_add_1gib(benchmark::State& st) {
   if (!use_gpu(st)) return;
   const int64_t n = (small() ? (int64_t{1} << 24) : (int64_t{1} << 30)) / 4;
@@ -170,13 +216,37 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
 [[maybe_unused]] const bool kTileBenchmarks = [] {
   const char* v = std::getenv("KILN_GPU_BENCH_TILES");
   if (!v || std::strcmp(v, "1") != 0) return false;
-  for (const char* tile : {"128x128", "128x128_w64x32", "128x256", "128x256_k32", "64x64"})
+  for (const char* tile :
+       {"128x128", "128x128_w64x32", "128x256", "128x256_k32", "64x64", "128x128_w64x32_s1"})
     for (const char* shape : {"16x8x16", "16x16x16", "16x8x8"})
       benchmark::RegisterBenchmark(
           fmt::format("BM_gpu_matmul_f16_tile/{}/{}", tile, shape).c_str(),
           [tile, shape](benchmark::State& st) { BM_gpu_matmul_f16_tile(st, tile, shape); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
+  // The float32 tiles on the GPT's shapes and 4096^3 (M, N, K, batch, a transposed), then split-K
+  // counts on the long-K ones.
+  const std::vector<std::vector<int64_t>> shapes = {
+      {4096, 768, 256, 1, 0},  {4096, 256, 256, 1, 0}, {4096, 1024, 256, 1, 0},
+      {4096, 256, 1024, 1, 0}, {256, 768, 4096, 1, 1}, {1024, 256, 4096, 1, 1},
+      {128, 128, 64, 128, 0},  {128, 64, 128, 128, 0}, {4096, 4096, 4096, 1, 0}};
+  for (const char* tile : {"", "128", "128k16", "128x64", "64x128", "64", "64w", "32"})
+    for (const auto& args : shapes)
+      benchmark::RegisterBenchmark(
+          fmt::format("BM_gpu_matmul_shape_tile/{}/auto", *tile ? tile : "auto").c_str(),
+          [tile](benchmark::State& st) { BM_gpu_matmul_shape_tile(st, tile, 0); })
+          ->Args(args)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+  for (const char* tile : {"128x64", "64", "64w", "32"})
+    for (int splits : {1, 2, 4, 8, 16})
+      for (const auto& args : {shapes[4], shapes[5]})
+        benchmark::RegisterBenchmark(
+            fmt::format("BM_gpu_matmul_shape_tile/{}/{}", tile, splits).c_str(),
+            [tile, splits](benchmark::State& st) { BM_gpu_matmul_shape_tile(st, tile, splits); })
+            ->Args(args)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
   return true;
 }();
 
@@ -186,20 +256,59 @@ BENCHMARK(BM_gpu_matmul_f32)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_matmul_f16)->Unit(benchmark::kMillisecond)->UseRealTime();
 // The products of the small GPT's training step (d 256, context 128, batch 32: 4096 tokens), to tune
 // the GEMM's tile choice: forward x @ W, the input gradient g @ W^T, the weight gradient x^T @ g
-// (K = 4096), and attention's per-head products (128 heads of 128 x 64).
+// (K = 4096, x transposed), and attention's per-head products (128 heads of 128 x 64).
 BENCHMARK(BM_gpu_matmul_shape)
-    ->Args({4096, 768, 256, 1})
-    ->Args({4096, 256, 256, 1})
-    ->Args({4096, 1024, 256, 1})
-    ->Args({4096, 256, 1024, 1})
-    ->Args({256, 768, 4096, 1})
-    ->Args({1024, 256, 4096, 1})
-    ->Args({128, 128, 64, 128})
-    ->Args({128, 64, 128, 128})
+    ->Args({4096, 768, 256, 1, 0})
+    ->Args({4096, 256, 256, 1, 0})
+    ->Args({4096, 1024, 256, 1, 0})
+    ->Args({4096, 256, 1024, 1, 0})
+    ->Args({256, 768, 4096, 1, 1})
+    ->Args({1024, 256, 4096, 1, 1})
+    ->Args({128, 128, 64, 128, 0})
+    ->Args({128, 64, 128, 128, 0})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_gpu_add_1gib)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_chain_1000)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_mlp_adam_step)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_gpt_adamw_step)->Unit(benchmark::kMillisecond)->UseRealTime();
+namespace {
+
+// sum over one axis of a float32 [rows, cols] array (st.range: rows, cols, axis): axis 0 is a bias
+// gradient's sum over the batch (columns of the row-major array), axis 1 sums each row. GB/s counts
+// the bytes read.
+void BM_gpu_reduce_sum(benchmark::State& st) {
+  if (!use_gpu(st)) return;
+  const int64_t rows = small() ? std::min<int64_t>(st.range(0), 4096) : st.range(0), cols = st.range(1);
+  const int axis = static_cast<int>(st.range(2));
+  const Array x = device_random({rows, cols}, 9);
+  for (int i = 0; i < 2; ++i) kiln::sum(x, kiln::Axes{axis}).eval();
+  for (auto _ : st) kiln::sum(x, kiln::Axes{axis}).eval();
+  st.counters["GB/s"] = benchmark::Counter(4.0 * static_cast<double>(rows * cols) * 1e-9,
+                                           benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// BM_gpu_add_1gib on views one element into their buffers: offsets not a multiple of 16 bytes, so
+// the kernel reads and writes element by element instead of in 16-byte vectors.
+void BM_gpu_add_1gib_unaligned(benchmark::State& st) {
+  if (!use_gpu(st)) return;
+  const int64_t n = (small() ? (int64_t{1} << 24) : (int64_t{1} << 30)) / 4;
+  const Array a = kiln::slice(device_random({n + 1}, 3), {1}, {n + 1});
+  const Array b = kiln::slice(device_random({n + 1}, 4), {1}, {n + 1});
+  for (int i = 0; i < 2; ++i) kiln::add(a, b).eval();
+  for (auto _ : st) kiln::add(a, b).eval();
+  st.counters["GB/s"] =
+      benchmark::Counter(12.0 * static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+BENCHMARK(BM_gpu_add_1gib_unaligned)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gpu_reduce_sum)
+    ->Args({4096, 768, 0})
+    ->Args({4096, 768, 1})
+    ->Args({262144, 1024, 0})
+    ->Args({262144, 1024, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK_MAIN();

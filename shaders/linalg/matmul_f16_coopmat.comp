@@ -20,9 +20,9 @@
 // of 8 elements, so every uvec4 lies wholly inside or wholly outside the matrix (zero fill).
 // Edges in M, N and K are bounds-checked, so any sizes work.
 //
-// The epilogue goes through shared memory one fragment at a time (each subgroup its own 16 x 16
-// floats): the fragment is stored, and each invocation applies alpha, beta * D and the rounding to
-// its elements and writes the rows that lie inside C.
+// The epilogue goes through shared memory (the tiles' array, free by then) one band of 16 rows per
+// subgroup at a time: the band's fragments are stored, then the workgroup applies alpha, beta * D
+// and the rounding to its elements and writes the rows and columns that lie inside C.
 //
 // EMULATE builds the same kernel with the three cooperative-matrix operations done in plain code
 // (32 "lanes" per subgroup taken from the invocation index), so that a device without the
@@ -32,11 +32,13 @@
 // kiln-variant: matmul_f16_coopmat_128x256 -DBM=128 -DBN=256 -DWM=64 -DWN=64 -DBK=16 -DSTAGES=2
 // kiln-variant: matmul_f16_coopmat_128x256_k32 -DBM=128 -DBN=256 -DWM=64 -DWN=64 -DBK=32 -DSTAGES=1
 // kiln-variant: matmul_f16_coopmat_64x64 -DBM=64 -DBN=64 -DWM=32 -DWN=32 -DBK=32 -DSTAGES=2
+// kiln-variant: matmul_f16_coopmat_128x128_w64x32_s1 -DBM=128 -DBN=128 -DWM=64 -DWN=32 -DBK=32 -DSTAGES=1
 // kiln-variant: matmul_f16_coopemu_128x128 -DBM=128 -DBN=128 -DWM=64 -DWN=64 -DBK=16 -DSTAGES=2 -DEMULATE
 // kiln-variant: matmul_f16_coopemu_128x128_w64x32 -DBM=128 -DBN=128 -DWM=64 -DWN=32 -DBK=16 -DSTAGES=2 -DEMULATE
 // kiln-variant: matmul_f16_coopemu_128x256 -DBM=128 -DBN=256 -DWM=64 -DWN=64 -DBK=8 -DSTAGES=2 -DEMULATE
 // kiln-variant: matmul_f16_coopemu_128x256_k32 -DBM=128 -DBN=256 -DWM=64 -DWN=64 -DBK=16 -DSTAGES=1 -DEMULATE
 // kiln-variant: matmul_f16_coopemu_64x64 -DBM=64 -DBN=64 -DWM=32 -DWN=32 -DBK=16 -DSTAGES=2 -DEMULATE
+// kiln-variant: matmul_f16_coopemu_128x128_w64x32_s1 -DBM=128 -DBN=128 -DWM=64 -DWN=32 -DBK=16 -DSTAGES=1 -DEMULATE
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_16bit_storage : require
@@ -75,7 +77,7 @@ layout(push_constant) uniform Push {
   float alpha, beta;
 } p;
 
-const uint CR = WM / lM;  // accumulator fragments of a subgroup along M
+const uint CR = WM / 16;  // accumulator fragments of a subgroup along M (lM is 16: the host checks)
 const uint CC = WN / lN;  // ... along N
 
 // Shared tiles, in uvec4s. Rows of A: [m][k] has BM rows of BK / 8 (+1 padding), [k][m] BK rows of
@@ -84,10 +86,13 @@ const uint A_ROW = BK / 8 + 1, AT_ROW = BM / 8 + 1;
 const uint B_ROW = BN / 8 + 1, BT_ROW = BK / 8 + 1;
 const uint A_STAGE = max(BM * A_ROW, BK * AT_ROW);
 const uint B_STAGE = max(BK * B_ROW, BN * BT_ROW);
-shared uvec4 As[STAGES * A_STAGE];
-shared uvec4 Bs[STAGES * B_STAGE];
-const uint STAGING = 256;  // floats per subgroup: one fragment of at most 16 x 16
-shared float Cst[NSG * STAGING];
+// One array: A's stages, then B's (from B_BASE); after the K loop the same memory stages the
+// accumulators for the epilogue, one 16-row band of every subgroup at a time: ROUND floats, [BM / WM]
+// [16][BN], written by coopMatStoreNV as float bits.
+const uint B_BASE = STAGES * A_STAGE;
+const uint ROUND = (BM / WM) * 16 * BN;
+const uint SH_VECS = max(STAGES * (A_STAGE + B_STAGE), ROUND / 4);
+shared uvec4 Sh[SH_VECS];
 
 // uvec4s of A and of B per step, and how many each invocation moves (the last round may be partial).
 const uint A_VECS = BM * BK / 8, B_VECS = BK * BN / 8;
@@ -112,18 +117,18 @@ uvec4 fetch_b(uint i, uint k0) {
 }
 void put_a(uint stage, uint i, uvec4 v) {
   const uint per_row = kATrans ? BM / 8 : BK / 8;
-  As[stage * A_STAGE + (i / per_row) * (kATrans ? AT_ROW : A_ROW) + i % per_row] = v;
+  Sh[stage * A_STAGE + (i / per_row) * (kATrans ? AT_ROW : A_ROW) + i % per_row] = v;
 }
 void put_b(uint stage, uint i, uvec4 v) {
   const uint per_row = kBTrans ? BK / 8 : BN / 8;
-  Bs[stage * B_STAGE + (i / per_row) * (kBTrans ? BT_ROW : B_ROW) + i % per_row] = v;
+  Sh[B_BASE + stage * B_STAGE + (i / per_row) * (kBTrans ? BT_ROW : B_ROW) + i % per_row] = v;
 }
 // Where fragment loads start (uvec4s) and their strides: A's rows m0.. at k kk, B's columns n0.. at kk.
 uint a_frag(uint stage, uint m0, uint kk) {
   return stage * A_STAGE + (kATrans ? kk * AT_ROW + m0 / 8 : m0 * A_ROW + kk / 8);
 }
 uint b_frag(uint stage, uint n0, uint kk) {
-  return stage * B_STAGE + (kBTrans ? n0 * BT_ROW + kk / 8 : kk * B_ROW + n0 / 8);
+  return B_BASE + stage * B_STAGE + (kBTrans ? n0 * BT_ROW + kk / 8 : kk * B_ROW + n0 / 8);
 }
 const uint A_STRIDE = kATrans ? AT_ROW : A_ROW;
 const uint B_STRIDE = kBTrans ? BT_ROW : B_ROW;
@@ -144,11 +149,11 @@ float half_at(uvec4 v, uint h) {
 // Element (r, c) of a fragment stored from uvec4 `off` with row (or, colMajor, column) stride `str`.
 float a_elem(uint off, uint r, uint c) {
   const uint h = off * 8u + (kATrans ? c * A_STRIDE * 8u + r : r * A_STRIDE * 8u + c);
-  return half_at(As[h >> 3], h & 7u);
+  return half_at(Sh[h >> 3], h & 7u);
 }
 float b_elem(uint off, uint r, uint c) {
   const uint h = off * 8u + (kBTrans ? c * B_STRIDE * 8u + r : r * B_STRIDE * 8u + c);
-  return half_at(Bs[h >> 3], h & 7u);
+  return half_at(Sh[h >> 3], h & 7u);
 }
 void emu_mma(uint i, uint j) {
   for (uint e = 0; e < ELEMS; ++e) {
@@ -158,10 +163,11 @@ void emu_mma(uint i, uint j) {
     eacc[i][j][e] = s;
   }
 }
+// As coopMatStoreNV into Sh: from uvec4 `off`, rows BN floats apart.
 void emu_store(uint i, uint j, uint off) {
   for (uint e = 0; e < ELEMS; ++e) {
-    const uint idx = lane_id() + 32u * e;
-    Cst[off + (idx / lN) * lN + idx % lN] = eacc[i][j][e];
+    const uint idx = lane_id() + 32u * e, f = off * 4u + (idx / lN) * BN + idx % lN;
+    Sh[f / 4u][f % 4u] = floatBitsToUint(eacc[i][j][e]);
   }
 }
 #define DECLARE_FRAGMENTS
@@ -170,8 +176,6 @@ void emu_store(uint i, uint j, uint off) {
 #define LOAD_B(off) fb_off = (off);
 #define MMA(i, j) emu_mma(i, j);
 #define STORE_ACC(i, j, off) emu_store(i, j, off);
-// The emulated subgroup is not the device's: the staging buffer is synchronised workgroup-wide.
-#define SYNC_STAGING barrier();
 #else
 #define UNROLL [[unroll]]
 uint lane_id() { return gl_SubgroupInvocationID; }
@@ -181,23 +185,42 @@ uint subgroup_id() { return gl_SubgroupID; }
   fcoopmatNV<16, gl_ScopeSubgroup, lM, lK> fa[CR];        \
   fcoopmatNV<16, gl_ScopeSubgroup, lK, lN> fb;
 #define ZERO_ACC(i, j) acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, lM, lN>(0.0);
-// colMajor must be a constant expression: one call per layout, the branch on a spec constant.
+// colMajor must be a constant expression: one call per layout, the branch on a spec constant. The
+// stride is a literal in each call: with a specialization-constant stride (A_STRIDE) NVIDIA's
+// driver 580 may not fold it before choosing how to load (kiln ran 5x slower than a probe with
+// literal strides on the H200).
 #define LOAD_A(i, off)                                   \
   if (kATrans)                                           \
-    coopMatLoadNV(fa[i], As, off, A_STRIDE, true);       \
+    coopMatLoadNV(fa[i], Sh, off, AT_ROW, true);         \
   else                                                   \
-    coopMatLoadNV(fa[i], As, off, A_STRIDE, false);
+    coopMatLoadNV(fa[i], Sh, off, A_ROW, false);
 #define LOAD_B(off)                                      \
   if (kBTrans)                                           \
-    coopMatLoadNV(fb, Bs, off, B_STRIDE, true);          \
+    coopMatLoadNV(fb, Sh, off, BT_ROW, true);            \
   else                                                   \
-    coopMatLoadNV(fb, Bs, off, B_STRIDE, false);
+    coopMatLoadNV(fb, Sh, off, B_ROW, false);
 #define MMA(i, j) acc[i][j] = coopMatMulAddNV(fa[i], fb, acc[i][j]);
-#define STORE_ACC(i, j, off) coopMatStoreNV(acc[i][j], Cst, off, lN, false);
-#define SYNC_STAGING             \
-  subgroupMemoryBarrierShared(); \
-  subgroupBarrier();
+// A float32 fragment into the uvec4 array (offset and stride in uvec4s, as for loads).
+#define STORE_ACC(i, j, off) coopMatStoreNV(acc[i][j], Sh, off, BN / 4, false);
 #endif
+
+// One band of the epilogue: the staged floats of every subgroup's fragment row i, scaled, added to
+// beta * D, rounded once and written to C (consecutive invocations along a row of C). A rolled loop
+// that touches no accumulator.
+void write_band(uint i, uint c_base, uint d_base, bool epilogue) {
+  for (uint f = gl_LocalInvocationIndex; f < ROUND; f += NTHREADS) {
+    const uint row = bm + (f / (16 * BN)) * WM + i * 16 + (f / BN) % 16;
+    const uint col = bn + f % BN;
+    if (row >= p.M || col >= p.N) continue;
+    float v = uintBitsToFloat(Sh[f / 4][f % 4]);
+    if (epilogue) {
+      v *= p.alpha;
+      if (p.beta != 0.0)
+        v = fma(p.beta, kiln_half_to_float(uint(D[d_base + row * p.d_row_stride + col * p.d_col_stride])), v);
+    }
+    C[c_base + row * p.c_row_stride + col] = uint16_t(kiln_float_to_half(v));
+  }
+}
 
 void main() {
   const uint tid = gl_LocalInvocationIndex;
@@ -268,23 +291,23 @@ void main() {
   const uint c_base = p.c_offset + batch * p.c_batch_stride;
   const uint d_base = p.d_offset + batch * p.d_batch_stride;
   const bool epilogue = p.alpha != 1.0 || p.beta != 0.0;
-  const uint staging = sg * STAGING;
-  UNROLL for (uint i = 0; i < CR; ++i)
-    UNROLL for (uint j = 0; j < CC; ++j) {
-      STORE_ACC(i, j, staging)
-      SYNC_STAGING
-      for (uint e = lane; e < lM * lN; e += 32u) {
-        const uint row = bm + wm * WM + i * lM + e / lN;
-        const uint col = bn + wn * WN + j * lN + e % lN;
-        if (row >= p.M || col >= p.N) continue;
-        float v = Cst[staging + e];
-        if (epilogue) {
-          v *= p.alpha;
-          if (p.beta != 0.0)
-            v = fma(p.beta, kiln_half_to_float(uint(D[d_base + row * p.d_row_stride + col * p.d_col_stride])), v);
-        }
-        C[c_base + row * p.c_row_stride + col] = uint16_t(kiln_float_to_half(v));
-      }
-      SYNC_STAGING
-    }
+  // The accumulators leave through shared memory one 16-row band at a time. Each band is a
+  // literal (lM is 16, so CR = WM / 16): acc is indexed only by unrolled constants, never by a
+  // loop the compiler might keep rolled (which would move the accumulators to local memory). An
+  // earlier epilogue looped over every fragment with barriers and the element loop inside: it ran
+  // every tile at about 36 TFLOP/s on the H200 whatever the tiling, and twice as slow with K
+  // fragments of 8, as accumulators spilled to memory would.
+#define EPILOGUE_BAND(i)                                                              \
+  barrier(); /* the K loop's (or the previous band's) reads of Sh are done */         \
+  UNROLL for (uint j = 0; j < CC; ++j) {                                             \
+    STORE_ACC(i, j, (wm * 16 * BN + wn * WN + j * lN) / 4)                            \
+  }                                                                                  \
+  barrier();                                                                         \
+  write_band(i, c_base, d_base, epilogue);
+  EPILOGUE_BAND(0)
+  EPILOGUE_BAND(1)
+#if WM > 32
+  EPILOGUE_BAND(2)
+  EPILOGUE_BAND(3)
+#endif
 }

@@ -6,9 +6,12 @@
 #include <kiln/kiln.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kiln/core/vulkan/runtime/kernels.h"
 #include "kiln/optim/fused_adam_impl.h"
 #include "support/op_test.h"
 #include "vulkan_fixture.h"
@@ -31,6 +34,173 @@ void expect_close(const Array& gpu, const Array& cpu, double rtol, double atol, 
   const std::vector<double> g = test::values(gpu), c = test::values(cpu);
   for (size_t i = 0; i < g.size(); ++i)
     ASSERT_NEAR(g[i], c[i], atol + rtol * std::abs(c[i])) << what << " at " << i;
+}
+
+// alpha * a @ b + beta * c in float64 from the float32 operands' values against the GPU's float32
+// result: K products accumulated in float32 (each step off by at most 2^-24 of the running sum's
+// scale |alpha| |a| @ |b| + |beta| |c|), plus the final rounding.
+void expect_matches_float64(const Array& got, const Array& a, const Array& b, const Array* c, double alpha,
+                            double beta, const std::string& what) {
+  const Array a64 = astype(a, float64, Device::cpu), b64 = astype(b, float64, Device::cpu);
+  Array v = multiply(matmul(a64, b64, Device::cpu), alpha, Device::cpu);
+  Array s = multiply(matmul(abs(a64, Device::cpu), abs(b64, Device::cpu), Device::cpu), std::abs(alpha),
+                     Device::cpu);
+  if (c) {
+    const Array c64 = astype(*c, float64, Device::cpu);
+    v = add(v, multiply(c64, beta, Device::cpu), Device::cpu);
+    s = add(s, multiply(abs(c64, Device::cpu), std::abs(beta), Device::cpu), Device::cpu);
+  }
+  ASSERT_EQ(got.dtype(), float32) << what;
+  ASSERT_EQ(got.shape(), v.shape()) << what;
+  const std::vector<double> g = test::values(got), r = test::values(v), sc = test::values(s);
+  const double per_scale = static_cast<double>(a.shape(-1) + 2) * 0x1p-24;
+  for (size_t i = 0; i < g.size(); ++i)
+    ASSERT_NEAR(g[i], r[i], 0x1p-23 * std::abs(r[i]) + per_scale * sc[i] + 1e-30) << what << " at " << i;
+}
+
+// Forces the float32 GEMM's tile and split count for one test, restoring the previous options.
+class GpuMatmulTiles : public GpuLinalg {
+ protected:
+  void SetUp() override {
+    GpuLinalg::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    saved_ = detail::vk::set_matmul_options({});
+  }
+  void TearDown() override {
+    detail::vk::set_matmul_options(saved_);
+    GpuLinalg::TearDown();
+  }
+  void use(std::string tile, int splits) { detail::vk::set_matmul_options({std::move(tile), splits}); }
+  // One matmul (or addmm with c) on the GPU against float64; returns the kernel it ran.
+  std::string check(const Array& a, const Array& b, const std::string& what, const Array* c = nullptr,
+                    float alpha = 1.0f, float beta = 0.0f) {
+    const Array got = c ? addmm(*c, a, b, alpha, beta, Device::gpu) : matmul(a, b, Device::gpu);
+    got.eval();
+    std::string kernel(detail::vk::last_matmul_kernel());
+    expect_matches_float64(got, a, b, c, alpha, beta, what + " (" + kernel + ")");
+    return kernel;
+  }
+
+ private:
+  detail::vk::MatmulOptions saved_;
+};
+
+// Sets an environment variable for one scope, restoring its previous value (or absence) after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// The operand [rows, cols], or with `transposed` the swapaxes view of a [cols, rows] array (rows
+// contiguous, as x^T in a weight gradient is).
+Array operand(Shape shape, uint64_t seed, bool transposed) {
+  if (!transposed) return random_array(shape, seed);
+  std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+  return swapaxes(random_array(shape, seed), -1, -2);
+}
+
+TEST_F(GpuMatmulTiles, EveryTileMatchesFloat64OnRaggedAndTransposedOperands) {
+  uint64_t seed = 100;
+  for (const char* tile : {"128", "128k16", "128x64", "64x128", "64", "64w", "32"}) {
+    use(tile, 1);
+    const std::string expect = std::string("matmul_f32_t") + tile;
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Array a = operand({70, 45}, seed++, ta), b = operand({45, 133}, seed++, tb);
+        EXPECT_EQ(check(a, b, fmt::format("tile {} a^T {} b^T {}", tile, ta, tb)), expect);
+        // Sizes of multiples of 4: 16-byte loads of each layout.
+        const Array a4 = operand({68, 44}, seed++, ta), b4 = operand({44, 132}, seed++, tb);
+        EXPECT_EQ(check(a4, b4, fmt::format("tile {} vec4 a^T {} b^T {}", tile, ta, tb)), expect);
+      }
+    const Array a = random_array({3, 9, 33}, seed++), b = random_array({33, 17}, seed++);
+    const Array c = random_array({17}, seed++);
+    EXPECT_EQ(check(a, b, fmt::format("tile {} addmm broadcast batch", tile), &c, 0.5f, -1.5f), expect);
+  }
+}
+
+TEST_F(GpuMatmulTiles, SplitKMatchesFloat64) {
+  // Long K over few outputs in 1 to 9 slices (the last one short), on several tiles, with both
+  // layouts of each operand, batches, a broadcast batch and the addend epilogue.
+  uint64_t seed = 200;
+  for (const char* tile : {"64", "32", "128x64"})
+    for (int splits : {2, 5, 9}) {
+      use(tile, splits);
+      const std::string what = fmt::format("tile {} splits {}", tile, splits);
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          if (splits != 5 && ta != tb) continue;
+          const Array a = operand({37, 1203}, seed++, ta), b = operand({1203, 29}, seed++, tb);
+          const std::string kernel = check(a, b, fmt::format("{} a^T {} b^T {}", what, ta, tb));
+          EXPECT_EQ(kernel, fmt::format("matmul_f32_t{}+splitk{}", tile, splits));
+          const Array a4 = operand({36, 1200}, seed++, ta), b4 = operand({1200, 28}, seed++, tb);
+          check(a4, b4, fmt::format("{} vec4 a^T {} b^T {}", what, ta, tb));
+        }
+      const Array a = random_array({3, 21, 500}, seed++), b = random_array({3, 500, 19}, seed++);
+      const Array c = random_array({3, 21, 19}, seed++);
+      check(a, b, what + " batched");
+      check(a, b, what + " batched addmm", &c, 2.0f, 0.5f);
+      const Array bb = random_array({500, 19}, seed++), bias = random_array({19}, seed++);
+      check(a, bb, what + " broadcast batch, bias", &bias, 1.0f, 1.0f);
+    }
+  // More slices than K has steps: the plan keeps only non-empty ones; K = 1 in one slice.
+  use("64", 100);
+  const Array a = random_array({5, 40}, seed++), b = random_array({40, 6}, seed++);
+  EXPECT_EQ(check(a, b, "40 deep in 100 slices"), "matmul_f32_t64+splitk3");
+  const Array x = random_array({5, 1}, seed++), y = random_array({1, 6}, seed++);
+  EXPECT_EQ(check(x, y, "K = 1"), "matmul_f32_t64");
+}
+
+TEST_F(GpuMatmulTiles, AutomaticPlanSplitsKWhereTilesAreFew) {
+  // As on a GPU of 132 compute units: a 64 x 96 output (2 tiles of 64 x 64) with K = 2048 takes 8
+  // slices of 256, as does a weight gradient x^T @ dy (x [K, 64]); 16 tiles with K = 4096 take 16;
+  // outputs of many tiles, and short K, never split.
+  const ScopedEnv units("KILN_VULKAN_COMPUTE_UNITS", "132");
+  const Array a = random_array({64, 2048}, 300), b = random_array({2048, 96}, 301);
+  EXPECT_EQ(check(a, b, "64 x 2048 x 96"), "matmul_f32_t64w+splitk8");
+  const Array x = random_array({2048, 64}, 302), dy = random_array({2048, 40}, 303);
+  EXPECT_EQ(check(transpose(x), dy, "x^T @ dy"), "matmul_f32_t64w+splitk8");
+  const Array g = random_array({4096, 256}, 304), h = random_array({4096, 256}, 305);
+  EXPECT_EQ(check(transpose(g), h, "256 x 4096 x 256"), "matmul_f32_t64w+splitk16");
+  const Array big_a = random_array({1536, 40}, 306), big_b = random_array({40, 1536}, 307);
+  EXPECT_EQ(check(big_a, big_b, "1536 x 40 x 1536"), "matmul_f32_t64w");
+  const Array s = random_array({64, 512}, 308), t = random_array({512, 64}, 309);
+  EXPECT_EQ(check(s, t, "64 x 512 x 64"), "matmul_f32_t64w");
+  // With the host's few units (lavapipe) the same product splits less or not at all.
+  const ScopedEnv few("KILN_VULKAN_COMPUTE_UNITS", "1");
+  EXPECT_EQ(check(a, b, "64 x 2048 x 96 on one unit"), "matmul_f32_t64w");
+}
+
+TEST_F(GpuMatmulTiles, OptionsFromTheEnvironmentAndBadOptions) {
+  const Array a = random_array({20, 300}, 400), b = random_array({300, 12}, 401);
+  {
+    const ScopedEnv tile("KILN_VULKAN_MATMUL_TILE", "32"), splits("KILN_VULKAN_MATMUL_SPLITK", "3");
+    EXPECT_EQ(check(a, b, "from the environment"), "matmul_f32_t32+splitk3");
+  }
+  {
+    const ScopedEnv splits("KILN_VULKAN_MATMUL_SPLITK", "many");
+    EXPECT_THROW(eval(matmul(a, b, Device::gpu)), ValueError);
+  }
+  {
+    const ScopedEnv splits("KILN_VULKAN_MATMUL_SPLITK", "0");
+    EXPECT_THROW(eval(matmul(a, b, Device::gpu)), ValueError);
+  }
+  use("100", 0);
+  EXPECT_THROW(eval(matmul(a, b, Device::gpu)), ValueError);
 }
 
 TEST_F(GpuLinalg, LinearMatchesTheCpuWithAndWithoutBias) {

@@ -37,14 +37,19 @@ class GpuMatmulHalf : public vk::testing::VulkanTest {
     VulkanTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
     saved_ = vk::set_half_gemm_options({});
+    saved_plain_ = vk::set_matmul_options({});
   }
-  void TearDown() override { vk::set_half_gemm_options(saved_); }
+  void TearDown() override {
+    vk::set_half_gemm_options(saved_);
+    vk::set_matmul_options(saved_plain_);
+  }
   void use(vk::HalfGemmPath path, std::string tile = {}, vk::CoopmatShape shape = {}) {
     vk::set_half_gemm_options({path, std::move(tile), shape});
   }
 
  private:
   vk::HalfGemmOptions saved_;
+  vk::MatmulOptions saved_plain_;
 };
 
 Array random(const Shape& shape, uint64_t seed, Dtype t) { return test::random_array(shape, t, seed); }
@@ -210,6 +215,26 @@ TEST_F(GpuMatmulHalf, GradientsMatchFloat64References) {
   }
 }
 
+TEST_F(GpuMatmulHalf, PlainSplitKMatchesFloat64Reference) {
+  // The float32 tiles' split-K on 16-bit operands: slices summed in float32, rounded once after the
+  // epilogue; long K over a small ragged output, transposed operands, batches and addmm.
+  use(vk::HalfGemmPath::plain);
+  vk::set_matmul_options({"64", 4});
+  uint64_t seed = 90;
+  for (Dtype t : {float16, bfloat16}) {
+    for (bool ta : {false, true}) {
+      const Array a = operand({21, 1100}, seed++, t, ta), b = operand({1100, 13}, seed++, t, !ta);
+      EXPECT_EQ(check_matmul(a, b, t, fmt::format("{} split-K a^T {}", dtype_name(t), ta)),
+                "matmul_h16_t64+splitk4");
+    }
+    const Array a = random({2, 9, 700}, seed++, t), b = random({2, 700, 11}, seed++, t);
+    const Array c = random({11}, seed++, t);
+    expect_matches(addmm(c, a, b, 0.5f, -1.5f, kGpu), t, reference(a, b, &c, 0.5, -1.5),
+                   fmt::format("{} split-K addmm", dtype_name(t)));
+    EXPECT_EQ(vk::last_matmul_kernel(), "matmul_h16_t64+splitk4");
+  }
+}
+
 TEST_F(GpuMatmulHalf, EmulatedCoopmatKernelMatchesOnEveryTile) {
   // The tensor-core kernel's tiling, both layouts of each operand, ragged edges and batches, with
   // its matrix operations done in plain code: runs on any device (lavapipe in CI).
@@ -218,9 +243,9 @@ TEST_F(GpuMatmulHalf, EmulatedCoopmatKernelMatchesOnEveryTile) {
     vk::CoopmatShape shape;
   };
   const Tile tiles[] = {
-      {"64x64", {16, 8, 16}},      {"64x64", {16, 16, 16}},          {"64x64", {16, 8, 8}},
-      {"128x128", {16, 8, 16}},    {"128x128_w64x32", {16, 16, 16}}, {"128x256", {16, 8, 8}},
-      {"128x256_k32", {16, 8, 16}}};
+      {"64x64", {16, 8, 16}},       {"64x64", {16, 16, 16}},          {"64x64", {16, 8, 8}},
+      {"128x128", {16, 8, 16}},     {"128x128_w64x32", {16, 16, 16}}, {"128x256", {16, 8, 8}},
+      {"128x256_k32", {16, 8, 16}}, {"128x128_w64x32_s1", {16, 8, 8}}};
   uint64_t seed = 50;
   for (const Tile& tile : tiles) {
     use(vk::HalfGemmPath::emulated, tile.name, tile.shape);
@@ -278,7 +303,8 @@ TEST_F(GpuMatmulHalf, EveryCoopmatTileAndShapeMatches) {
   if (!ctx().has_coopmat_f16()) GTEST_SKIP() << "no float16 cooperative matrices on " << ctx().caps().name;
   uint64_t seed = 70;
   // Every tile steps K by 16 or 32, so each takes every shape of the kernel's (16 x {8, 16} x {8, 16}).
-  for (const char* tile : {"128x128", "128x128_w64x32", "128x256", "128x256_k32", "64x64"})
+  for (const char* tile :
+       {"128x128", "128x128_w64x32", "128x256", "128x256_k32", "64x64", "128x128_w64x32_s1"})
     for (const vk::CoopmatShape& shape : ctx().caps().coopmat_f16_shapes) {
       if (shape.m != 16 || (shape.n != 8 && shape.n != 16) || (shape.k != 8 && shape.k != 16)) continue;
       use(vk::HalfGemmPath::automatic, tile, shape);
