@@ -21,6 +21,8 @@ class CompiledFunction {
   int64_t trace_count() const;
   /// How many graphs have been built (simplified, fused) and cached.
   int64_t compile_count() const;
+  /// How many GPU programs have been captured for replay (see compile()).
+  int64_t capture_count() const;
 
  private:
   std::shared_ptr<detail::CompileState> state_;
@@ -34,6 +36,13 @@ class CompiledFunction {
 /// more and comparing graphs, and a function whose graph depends on its input shapes throws
 /// ShapeError instead of giving wrong results. A function that reads its inputs' values while
 /// traced (item, data, eval) throws ValueError. Compiled functions work under grad, vjp, jvp and vmap.
+///
+/// On the GPU, a graph whose steps all run there is also recorded once, on its second call with a
+/// signature, into a captured command buffer (a CUDA graph's analogue): later calls with the same
+/// input shapes record only the copy of their inputs in, one execution of that buffer and the copy
+/// of the outputs out, instead of every kernel. Results are bit for bit those of the step-by-step
+/// replay. The captured program keeps its intermediate buffers for the compiled function's
+/// lifetime. KILN_COMPILE_CAPTURE=0 turns it off.
 CompiledFunction compile(ArrayFn fn, bool shapeless = false);
 
 }  // namespace kiln

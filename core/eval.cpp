@@ -15,6 +15,7 @@
 #include "kiln/core/array.h"
 #include "kiln/core/primitive.h"
 #include "kiln/core/vulkan/gpu.h"
+#include "kiln/core/vulkan/gpu_capture.h"
 
 namespace kiln {
 namespace detail {
@@ -168,6 +169,11 @@ void run_node(const std::shared_ptr<ArrayNode>& node) {
     if (word.load(std::memory_order_acquire) == NodeState::available || is_done(*node)) return;
     NodeState expected = NodeState::unevaluated;
     if (!word.compare_exchange_strong(expected, NodeState::running, std::memory_order_acq_rel)) {
+      // A sibling of an output this thread recorded on the GPU: computed by the same kernel, and
+      // published with it when the recording is submitted.
+      if (node->group &&
+          std::ranges::any_of(tls_deferred, [&](const Deferred& d) { return d.node->group == node->group; }))
+        return;
       flush_gpu();           // the other thread may be waiting for nodes this one recorded
       wait_available(word);  // another thread is computing it
       if (is_done(*node)) return;
@@ -213,6 +219,41 @@ void run_node(const std::shared_ptr<ArrayNode>& node) {
 }
 
 }  // namespace
+
+std::shared_ptr<const gpu::CapturedProgram> capture_eval(std::span<const Array> outputs) {
+  if (!tls_deferred.empty() || gpu::has_pending())
+    throw ValueError::of("gpu capture", "a capture cannot start inside an evaluation");
+  auto tape = build_tape(outputs);
+  for (const auto& node : tape) {
+    const Primitive* p = node->primitive.get();
+    if (!p || p->device().type != Device::Type::gpu)
+      throw NotImplemented::of("gpu capture", "a node of the graph does not run on the GPU", "{}",
+                               p ? p->name() : "an array without a primitive");
+  }
+  gpu::begin_capture();
+  try {
+    for (auto& node : tape) {
+      run_node(node);
+      node.reset();
+    }
+  } catch (...) {
+    gpu::discard_pending();  // drops the capture recorder
+    release_claims(tls_deferred);
+    gpu::abort_capture();
+    throw;
+  }
+  std::shared_ptr<const gpu::CapturedProgram> program;
+  try {
+    program = gpu::end_capture();
+  } catch (...) {
+    release_claims(tls_deferred);
+    throw;
+  }
+  std::vector<Deferred> deferred;
+  deferred.swap(tls_deferred);
+  for (Deferred& d : deferred) publish_outputs(d.node, false);
+  return program;
+}
 
 bool in_trace() { return tls_trace_depth > 0; }
 TraceScope::TraceScope() { ++tls_trace_depth; }

@@ -3,13 +3,17 @@
 #include "kiln/core/compile.h"
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kiln/core/transforms/capture.h"
 #include "kiln/core/transforms/compiled_graph.h"
 #include "kiln/core/transforms/trace.h"
 
@@ -166,12 +170,28 @@ std::vector<Array> replay(const CompiledGraph& g, const std::vector<Array>& inpu
   return out;
 }
 
+// An entry's GPU capture (capture.h): made on the second call with one input signature, when every
+// step runs on the GPU; shared by the threads that call it.
+struct CaptureCell {
+  std::mutex mu;  // held while capturing
+  int64_t calls = 0;
+  bool failed = false;  // the graph could not be captured: replay it step by step
+  std::shared_ptr<const CapturedGraph> graph;
+};
+
+// Read on every call (a getenv is cheap next to a call), so a test can compare both paths.
+bool capture_enabled() {
+  const char* v = std::getenv("KILN_COMPILE_CAPTURE");
+  return !(v && std::string_view(v) == "0");
+}
+
 struct CompileState {
   struct Entry {
     Signature signature;
     CompiledGraph traced;  // before fusion: what new shapes are compared against
-    CompiledGraph fused;
+    std::shared_ptr<const CompiledGraph> fused;
     std::vector<std::vector<Shape>> verified;  // shapeless: input shapes known to give this graph
+    std::shared_ptr<CaptureCell> capture = std::make_shared<CaptureCell>();
   };
   static constexpr size_t kMaxEntries = 32;
 
@@ -179,7 +199,35 @@ struct CompileState {
   bool shapeless;
   std::mutex mu;             // guards entries; traces run outside it
   std::list<Entry> entries;  // most recently used first
-  std::atomic<int64_t> traces{0}, compiles{0};
+  std::atomic<int64_t> traces{0}, compiles{0}, captures{0};
+
+  // The captured program for these inputs: made now on the second call (when possible), else
+  // null. Not while tracing (a transform of the compiled function needs its steps).
+  std::shared_ptr<const CapturedGraph> captured(CaptureCell& cell, const CompiledGraph& graph,
+                                                const std::vector<Array>& inputs,
+                                                const std::vector<Shape>& shapes) {
+    if (in_trace() || !capture_enabled()) return nullptr;
+    std::unique_lock lock(cell.mu, std::try_to_lock);
+    if (!lock.owns_lock()) return nullptr;  // another thread is capturing: replay step by step meanwhile
+    if (cell.graph) return cell.graph->input_shapes == shapes ? cell.graph : nullptr;
+    if (cell.failed || ++cell.calls < 2) return nullptr;
+    if (!capturable(graph)) {
+      cell.failed = true;
+      if (std::getenv("KILN_DEBUG_CAPTURE"))
+        for (const Step& s : graph.steps)
+          std::fprintf(stderr, "capture: step %s on %s\n", s.primitive->name(),
+                       s.primitive->device().type == Device::Type::gpu ? "gpu" : "cpu");
+      return nullptr;
+    }
+    try {
+      cell.graph = capture_graph(graph, inputs);
+      ++captures;
+    } catch (const Error& e) {
+      cell.failed = true;  // e.g. a step that reads GPU values on the host
+      if (std::getenv("KILN_DEBUG_CAPTURE")) std::fprintf(stderr, "capture failed: %s\n", e.what());
+    }
+    return cell.graph;
+  }
 
   std::vector<Shape> shapes_of(const std::vector<Array>& inputs) {
     std::vector<Shape> s;
@@ -191,13 +239,15 @@ struct CompileState {
     const Signature sig = signature_of(inputs, shapeless);
     const std::vector<Shape> shapes = shapes_of(inputs);
     std::shared_ptr<const CompiledGraph> graph;
+    std::shared_ptr<CaptureCell> capture;
     std::optional<CompiledGraph> to_verify;  // shapeless, new shapes: the traced graph to compare with
     {
       std::lock_guard lock(mu);
       for (auto it = entries.begin(); it != entries.end(); ++it) {
         if (it->signature != sig) continue;
         entries.splice(entries.begin(), entries, it);
-        graph = std::make_shared<const CompiledGraph>(it->fused);
+        graph = it->fused;
+        capture = it->capture;
         if (shapeless && std::find(it->verified.begin(), it->verified.end(), shapes) == it->verified.end())
           to_verify = it->traced;
         break;
@@ -218,13 +268,15 @@ struct CompileState {
     if (!graph) {
       ++traces;
       CompiledGraph traced = trace(fn, inputs);
-      CompiledGraph fused = fuse_elementwise(traced);
+      graph = std::make_shared<const CompiledGraph>(fuse_elementwise(traced));
       ++compiles;
-      graph = std::make_shared<const CompiledGraph>(fused);
+      Entry e{sig, std::move(traced), graph, {shapes}};
+      capture = e.capture;
       std::lock_guard lock(mu);
-      entries.push_front({sig, std::move(traced), std::move(fused), {shapes}});
+      entries.push_front(std::move(e));
       if (entries.size() > kMaxEntries) entries.pop_back();
     }
+    if (auto c = captured(*capture, *graph, inputs, shapes)) return replay_captured(c, *graph, inputs);
     return replay(*graph, inputs, shapeless);
   }
 };
@@ -236,6 +288,7 @@ std::vector<Array> CompiledFunction::operator()(const std::vector<Array>& inputs
 }
 int64_t CompiledFunction::trace_count() const { return state_->traces.load(); }
 int64_t CompiledFunction::compile_count() const { return state_->compiles.load(); }
+int64_t CompiledFunction::capture_count() const { return state_->captures.load(); }
 
 CompiledFunction compile(ArrayFn fn, bool shapeless) {
   if (!fn) throw ValueError::of("compile", "the function is empty");

@@ -433,6 +433,7 @@ CompiledGraph fuse_elementwise(const CompiledGraph& g) {
   std::vector<int> group_of(n, -1);
   std::vector<std::vector<int>> groups;
   std::vector<Shape> group_shape;
+  std::vector<Device> group_device;  // a group runs where its root does: no member from elsewhere
   for (int k = n - 1; k >= 0; --k) {
     if (!block_kernel(g.steps[k])) continue;
     int joined = -1;
@@ -440,12 +441,15 @@ CompiledGraph fuse_elementwise(const CompiledGraph& g) {
       joined = group_of[consumers[k][0]];
       for (int c : consumers[k])
         if (group_of[c] != joined) joined = -1;
-      if (joined >= 0 && group_shape[joined] != g.steps[k].shapes[0]) joined = -1;
+      if (joined >= 0 && (group_shape[joined] != g.steps[k].shapes[0] ||
+                          group_device[joined] != g.steps[k].primitive->device()))
+        joined = -1;
     }
     if (joined < 0) {
       joined = static_cast<int>(groups.size());
       groups.emplace_back();
       group_shape.push_back(g.steps[k].shapes[0]);
+      group_device.push_back(g.steps[k].primitive->device());
     }
     group_of[k] = joined;
     groups[joined].push_back(k);

@@ -15,6 +15,9 @@ class TraceInput final : public PrimitiveWithParams<TraceInput> {
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     out[0].set_view(in[0], in[0].strides(), 0);
   }
+  // The same view on the GPU: a tracer on the primal's device never makes eval submit the GPU's
+  // work early for a CPU step that reads nothing (and keeps a compiled GPU step capturable).
+  void eval_gpu(std::span<const Array> in, std::span<Array> out) const override { eval_cpu(in, out); }
   std::vector<Array> vjp(const VjpArgs& a) const override { return {a.cotangents[0]}; }
   std::vector<Array> jvp(const JvpArgs& a) const override { return {a.tangents[0]}; }
   VmapResult vmap(const VmapArgs& a) const override { return {{a.inputs[0]}, {a.axes[0]}}; }
@@ -24,7 +27,8 @@ class TraceInput final : public PrimitiveWithParams<TraceInput> {
 
 Array make_tracer(const Array& p, const char* transform) {
   if (!p.valid()) throw ValueError::of(transform, "a primal is an empty (default-constructed) array");
-  Array t = Array::make(p.shape(), p.dtype(), std::make_shared<TraceInput>(default_stream(Device::cpu)), {p});
+  const Device device = p.has_primitive() ? p.primitive()->device() : default_device();
+  Array t = Array::make(p.shape(), p.dtype(), std::make_shared<TraceInput>(default_stream(device)), {p});
   t.node().tracer = true;
   return t;
 }

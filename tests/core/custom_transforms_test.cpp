@@ -115,7 +115,12 @@ TEST(Checkpoint, GradientsUnchangedAndPeakMemoryDropsOnADeepChain) {
   // Measured: plain 13.4 MB, checkpointed 4.8 MB (0.356x), the same on every run, and the gradients
   // bit-equal. Blocks of 1 layer save nothing (tanh's vjp keeps only its output, which the
   // checkpoint keeps too); blocks of 2, 10, 25 give 0.54x, 0.43x, 0.65x. 0.6x leaves room.
-  EXPECT_LT(static_cast<double>(ck_peak), 0.6 * static_cast<double>(plain_peak));
+  // On the GPU one evaluation is one command buffer, which holds every buffer it binds until it
+  // completes, so recomputing blocks lowers no peak there (buffers are not yet reused within one
+  // recording; docs/gpu.md says so). The gradients must still agree.
+  if (!test::gpu_default()) {
+    EXPECT_LT(static_cast<double>(ck_peak), 0.6 * static_cast<double>(plain_peak));
+  }
   for (int i = 0; i < kLayers; ++i) expect_close(ck[i], values(plain[i]), 1e-6, 1e-7);
 }
 

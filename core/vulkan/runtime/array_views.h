@@ -45,6 +45,21 @@ inline GpuView array_out_view(const Array& out, const Shape& shape) {
   return GpuView::contiguous(out.node().buffer->device(), out.dtype(), shape);
 }
 
+/// Whether v walks its elements in row-major order without gaps (size-1 dims may have any stride).
+inline bool is_row_major(const GpuView& v) {
+  int64_t expect = 1;
+  for (size_t d = v.shape.size(); d-- > 0;) {
+    if (v.shape[d] != 1 && v.strides[d] != expect) return false;
+    expect *= v.shape[d];
+  }
+  return true;
+}
+
+/// dst = src converted to dst's dtype over their common shape, for every dtype pair the CPU casts
+/// (record_copy where it can, a generated kernel otherwise; a buffer copy when both are row-major
+/// of one dtype). Either view may be strided. Defined in facade.cpp.
+void record_copy_any(Recorder& r, const GpuView& src, const GpuView& dst);
+
 /// v with the dims listed in `axes` moved to the end, the others keeping their order.
 inline GpuView move_axes_to_end(GpuView v, std::span<const int> axes) {
   Shape shape;

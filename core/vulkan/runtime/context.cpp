@@ -530,16 +530,24 @@ std::unique_ptr<Frame> Context::acquire_frame() {
       return f;
     }
   }
+  return new_frame(VK_COMMAND_BUFFER_LEVEL_PRIMARY);
+}
+
+std::unique_ptr<Frame> Context::create_secondary_frame() {
+  return new_frame(VK_COMMAND_BUFFER_LEVEL_SECONDARY);
+}
+
+std::unique_ptr<Frame> Context::new_frame(VkCommandBufferLevel level) {
   auto f = std::make_unique<Frame>();
   VkCommandPoolCreateInfo pool_info{};
   pool_info.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
-  pool_info.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
+  pool_info.flags = level == VK_COMMAND_BUFFER_LEVEL_PRIMARY ? VK_COMMAND_POOL_CREATE_TRANSIENT_BIT : 0;
   pool_info.queueFamilyIndex = queue_family_;
   check(api_->vkCreateCommandPool(device_, &pool_info, nullptr, &f->pool), "vkCreateCommandPool");
   VkCommandBufferAllocateInfo alloc{};
   alloc.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
   alloc.commandPool = f->pool;
-  alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  alloc.level = level;
   alloc.commandBufferCount = 1;
   const VkResult r = api_->vkAllocateCommandBuffers(device_, &alloc, &f->cmd);
   if (r != VK_SUCCESS) {
@@ -547,6 +555,12 @@ std::unique_ptr<Frame> Context::acquire_frame() {
     check(r, "vkAllocateCommandBuffers");
   }
   return f;
+}
+
+void Context::destroy_frame(std::unique_ptr<Frame> frame) noexcept {
+  if (!frame) return;
+  for (VkDescriptorPool p : frame->descriptor_pools) api_->vkDestroyDescriptorPool(device_, p, nullptr);
+  api_->vkDestroyCommandPool(device_, frame->pool, nullptr);
 }
 
 void Context::release_frame(std::unique_ptr<Frame> frame) {

@@ -138,6 +138,11 @@ class Context {
   std::unique_ptr<Frame> acquire_frame();
   /// Resets a frame's pools and keeps it for reuse. Thread-safe.
   void release_frame(std::unique_ptr<Frame> frame);
+  /// A frame whose command buffer is secondary: a captured program's (Recorder::Mode::capture),
+  /// recorded once and executed from many primaries. Not recycled: destroy_frame.
+  std::unique_ptr<Frame> create_secondary_frame();
+  /// Destroys a frame's pools (its command buffer must no longer be pending). Never throws.
+  void destroy_frame(std::unique_ptr<Frame> frame) noexcept;
 
   /// Makes the next submit fail with `r` as if the driver had returned it (VK_ERROR_DEVICE_LOST
   /// marks the context lost). For tests of the error paths only.
@@ -149,6 +154,7 @@ class Context {
   // keep_instance: everything but the instance (see keep_driver_loaded in context.cpp).
   void destroy(bool keep_instance = false) noexcept;
   void fail(VkResult r, const char* what);
+  std::unique_ptr<Frame> new_frame(VkCommandBufferLevel level);
 
   ContextOptions options_;
   std::unique_ptr<VulkanApi> api_;

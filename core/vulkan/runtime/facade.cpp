@@ -8,6 +8,7 @@
 
 #include "kiln/core/cpu/strided.h"
 #include "kiln/core/vulkan/gpu.h"
+#include "kiln/core/vulkan/gpu_capture.h"
 #include "kiln/core/vulkan/runtime/array_views.h"
 #include "kiln/core/vulkan/runtime/context.h"
 #include "kiln/core/vulkan/runtime/elementwise.h"
@@ -40,8 +41,6 @@ void record_generated(std::string_view expr, Dtype compute, std::span<const vk::
   vk::record_elementwise(vk::thread_recorder(), k, inputs, out);
 }
 
-bool builtin_cast(Dtype t) { return t == float32 || t == float16 || t == int32; }
-
 // v with dims [0, n) merged into one (n = 0 adds a leading dim of 1). Throws NotImplemented when
 // their strides do not allow it.
 vk::GpuView merge_leading(vk::GpuView v, size_t n, const char* op) {
@@ -71,6 +70,35 @@ vk::GpuView merge_leading_or_copy(vk::GpuView v, size_t n, const char* op) {
   return merge_leading(std::move(v), n, op);
 }
 }  // namespace
+}  // namespace kiln::gpu
+
+namespace kiln::detail::vk {
+namespace {
+bool builtin_cast(Dtype t) { return t == float32 || t == float16 || t == int32; }
+}  // namespace
+
+void record_copy_any(Recorder& r, const GpuView& src, const GpuView& dst) {
+  // The built-in copy kernel moves 2- and 4-byte elements and casts among float32, float16 and
+  // int32; every other pair goes through a generated kernel (the CPU's casting rules). A same-type
+  // copy of contiguous views is a plain buffer copy.
+  const size_t item = static_cast<size_t>(size_of(src.dtype));
+  if (src.dtype == dst.dtype && is_row_major(src) && is_row_major(dst)) {
+    const auto n = static_cast<size_t>(numel(src.shape));
+    return r.copy(src.buffer, static_cast<size_t>(src.offset) * item, dst.buffer,
+                  static_cast<size_t>(dst.offset) * item, n * item);
+  }
+  const bool builtin = (src.dtype == dst.dtype && (item == 2 || item == 4)) ||
+                       (builtin_cast(src.dtype) && builtin_cast(dst.dtype));
+  if (builtin) return record_copy(r, src, dst);
+  ElementwiseKernel k{
+      .inputs = {src.dtype}, .compute = dst.dtype, .out = dst.dtype, .expr = "x0", .helpers = {}};
+  record_elementwise(r, k, {&src, 1}, dst);
+}
+
+}  // namespace kiln::detail::vk
+
+namespace kiln::gpu {
+namespace vk = kiln::detail::vk;
 
 bool available() { return vk::availability().available; }
 std::string unavailable_reason() { return vk::availability().reason; }
@@ -90,18 +118,10 @@ void copy(const Array& x, Array& out) {
   if (x.size() != out.size())
     throw ShapeError::of("gpu copy", "sizes differ", "{} into {}", shape_str(x.shape()),
                          shape_str(out.shape()));
-  // The built-in copy kernel moves 2- and 4-byte elements and casts among float32, float16 and
-  // int32; every other pair goes through a generated kernel (the CPU's casting rules).
-  const bool builtin = (x.dtype() == out.dtype() && (x.itemsize() == 2 || x.itemsize() == 4)) ||
-                       (builtin_cast(x.dtype()) && builtin_cast(out.dtype()));
   allocate(out);
   if (x.size() == 0) return;
-  if (!builtin) {
-    // out's buffer viewed with x's shape: the same row-major order.
-    const vk::GpuView in = vk::array_view(x);
-    return record_generated("x0", out.dtype(), {&in, 1}, vk::array_out_view(out, x.shape()));
-  }
-  vk::record_copy(vk::thread_recorder(), vk::array_view(x), vk::array_out_view(out, x.shape()));
+  // out's buffer viewed with x's shape: the same row-major order.
+  vk::record_copy_any(vk::thread_recorder(), vk::array_view(x), vk::array_out_view(out, x.shape()));
 }
 
 void elementwise(std::string_view expr, Dtype compute, std::span<const Array> inputs, Array& out) {
@@ -246,6 +266,9 @@ std::shared_ptr<detail::vk::DeviceBuffer> upload(const void* src, size_t bytes) 
 }
 
 void download(const detail::vk::DeviceBuffer& src, void* dst, size_t bytes) {
+  // A captured recording has not run: what a host read would see is not the value it means.
+  if (capturing())
+    throw NotImplemented::of("gpu capture", "the graph reads GPU values on the host while captured");
   vk::Context& ctx = vk::context();
   // readback() takes shared ownership for the recorder's keep-alive; the caller holds the buffer
   // for the whole call, so an aliasing pointer that owns nothing is enough.

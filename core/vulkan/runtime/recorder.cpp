@@ -24,7 +24,13 @@ Groups Groups::linear(uint64_t n, const Context& ctx) {
   return {static_cast<uint32_t>((n + y - 1) / y), static_cast<uint32_t>(y), 1};
 }
 
-Recorder::Recorder(Context& ctx) : ctx_(ctx) {}
+CapturedCommands::CapturedCommands(Context& ctx, std::unique_ptr<Frame> frame, std::vector<BufferPtr> buffers,
+                                   size_t commands)
+    : ctx_(ctx), frame_(std::move(frame)), buffers_(std::move(buffers)), commands_(commands) {}
+
+CapturedCommands::~CapturedCommands() { ctx_.destroy_frame(std::move(frame_)); }
+
+Recorder::Recorder(Context& ctx, Mode mode) : ctx_(ctx), mode_(mode) {}
 
 Recorder::~Recorder() {
   reset();
@@ -34,9 +40,14 @@ Recorder::~Recorder() {
 void Recorder::reset() {
   if (frame_) {
     // An ended or abandoned command buffer is reset with its pool; nothing of it was submitted
-    // (or it completed: submit_and_wait waits even when it throws).
-    ctx_.release_frame(std::move(frame_));
+    // (or it completed: submit_and_wait waits even when it throws). An abandoned capture is
+    // destroyed: its secondary command buffer is not reused.
+    if (mode_ == Mode::capture)
+      ctx_.destroy_frame(std::move(frame_));
+    else
+      ctx_.release_frame(std::move(frame_));
   }
+  executed_.clear();
   recording_ = false;
   pending_ = 0;
   clear_touched();
@@ -48,13 +59,20 @@ void Recorder::reset() {
 void Recorder::begin_if_needed() {
   if (recording_) return;
   ctx_.check_usable();
-  if (!frame_) frame_ = ctx_.acquire_frame();
+  const bool capture = mode_ == Mode::capture;
+  if (!frame_) frame_ = capture ? ctx_.create_secondary_frame() : ctx_.acquire_frame();
   VkCommandBufferBeginInfo begin{};
   begin.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  // A captured program may be pending in several primaries at once (threads replaying one step).
+  begin.flags =
+      capture ? VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT : VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  VkCommandBufferInheritanceInfo inheritance{};
+  inheritance.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO;
+  if (capture) begin.pInheritanceInfo = &inheritance;
   check(ctx_.api().vkBeginCommandBuffer(frame_->cmd, &begin), "vkBeginCommandBuffer");
   recording_ = true;
-  timing_ = profiling() && ctx_.caps().timestamp_period > 0;
+  // Timestamps are written by primaries only: a replayed program is timed as one command.
+  timing_ = !capture && profiling() && ctx_.caps().timestamp_period > 0;
   if (timing_) {
     if (!timestamps_) {
       VkQueryPoolCreateInfo info{};
@@ -250,8 +268,50 @@ void Recorder::copy(const BufferPtr& src, size_t src_offset, const BufferPtr& ds
   ++pending_;
 }
 
+void Recorder::execute(const std::shared_ptr<const CapturedCommands>& commands) {
+  if (mode_ != Mode::submit)
+    throw ValueError::of("vulkan execute", "a captured program cannot execute another");
+  if (!commands) throw ValueError::of("vulkan execute", "no captured program");
+  if (!commands->frame_) return;  // nothing was recorded
+  begin_if_needed();
+  barrier();
+  const bool timed = timing_ && timed_shaders_.size() < kMaxTimedDispatches;
+  const auto query = static_cast<uint32_t>(2 * timed_shaders_.size());
+  if (timed)
+    ctx_.api().vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_, query);
+  ctx_.api().vkCmdExecuteCommands(frame_->cmd, 1, &commands->frame_->cmd);
+  if (timed) {
+    ctx_.api().vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_, query + 1);
+    timed_shaders_.push_back("captured program");
+  }
+  // What the program touched is unknown to the hazard table: the next command waits for all of it.
+  barrier();
+  executed_.push_back(commands);
+  ++pending_;
+}
+
+std::shared_ptr<const CapturedCommands> Recorder::finish_capture() {
+  if (mode_ != Mode::capture) throw ValueError::of("vulkan capture", "the recorder is not capturing");
+  struct ResetOnExit {
+    Recorder& r;
+    ~ResetOnExit() { r.reset(); }
+  } reset_on_exit{*this};
+  if (!recording_)
+    return std::make_shared<const CapturedCommands>(ctx_, nullptr, std::vector<BufferPtr>{}, 0);
+  recording_ = false;
+  check(ctx_.api().vkEndCommandBuffer(frame_->cmd), "vkEndCommandBuffer");
+  // The buffers once each (the keep-alive list holds one entry per binding).
+  std::vector<BufferPtr> buffers = std::move(keep_alive_);
+  std::ranges::sort(buffers, std::less{}, [](const BufferPtr& b) { return b.get(); });
+  buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
+  return std::make_shared<const CapturedCommands>(ctx_, std::move(frame_), std::move(buffers), pending_);
+}
+
 void Recorder::submit_and_wait() {
   if (!recording_) return;
+  if (mode_ != Mode::submit)
+    throw NotImplemented::of("vulkan capture",
+                             "the captured work needs a submit before it ends (a host read)");
   // Whatever happens below, the recording is spent: reset() runs on every path.
   struct ResetOnExit {
     Recorder& r;

@@ -42,9 +42,34 @@ struct Groups {
   static Groups linear(uint64_t n, const Context& ctx);
 };
 
+/// Work recorded once into a secondary command buffer (Recorder::Mode::capture) and executed any
+/// number of times, from any thread, by Recorder::execute: the body of a compiled step replayed
+/// without recording it again (the Vulkan analogue of a CUDA graph). It owns the buffers the
+/// recording bound; every recorder that executes it keeps it alive until that work completes.
+class CapturedCommands {
+ public:
+  CapturedCommands(Context& ctx, std::unique_ptr<Frame> frame, std::vector<BufferPtr> buffers,
+                   size_t commands);
+  ~CapturedCommands();
+  CapturedCommands(const CapturedCommands&) = delete;
+  CapturedCommands& operator=(const CapturedCommands&) = delete;
+  /// Dispatches and copies recorded.
+  size_t commands() const { return commands_; }
+
+ private:
+  friend class Recorder;
+  Context& ctx_;
+  std::unique_ptr<Frame> frame_;  // null when nothing was recorded
+  std::vector<BufferPtr> buffers_;
+  size_t commands_;
+};
+
 class Recorder {
  public:
-  explicit Recorder(Context& ctx);
+  /// submit: a primary command buffer, submitted by submit_and_wait. capture: a secondary one,
+  /// ended by finish_capture and executed later (never submitted by itself).
+  enum class Mode : uint8_t { submit, capture };
+  explicit Recorder(Context& ctx, Mode mode = Mode::submit);
   /// Discards what was recorded and not submitted. Never throws.
   ~Recorder();
   Recorder(const Recorder&) = delete;
@@ -67,6 +92,15 @@ class Recorder {
   /// Records a copy of `bytes` from src at src_offset to dst at dst_offset, hazards tracked alike.
   void copy(const BufferPtr& src, size_t src_offset, const BufferPtr& dst, size_t dst_offset, size_t bytes);
 
+  /// Records the execution of a captured program, with barriers before it (what was recorded
+  /// earlier, and any earlier submit, is complete and visible to it) and after it (what is recorded
+  /// later sees its writes). Keeps `commands` alive until the work completes. Submit mode only.
+  void execute(const std::shared_ptr<const CapturedCommands>& commands);
+  /// Capture mode: ends the recording and hands it over, with every buffer it bound; the recorder
+  /// is empty afterwards. Throws DeviceError.
+  std::shared_ptr<const CapturedCommands> finish_capture();
+  Mode mode() const { return mode_; }
+
   /// Submits everything recorded (one vkQueueSubmit) and waits for it. After it the recorder is
   /// empty and may record again. Throws DeviceError (out of memory, device lost, failed submit);
   /// the recorded work is then dropped.
@@ -88,6 +122,7 @@ class Recorder {
   void reset();
 
   Context& ctx_;
+  Mode mode_;
   std::unique_ptr<Frame> frame_;
   bool recording_ = false;
   size_t pending_ = 0;
@@ -105,6 +140,7 @@ class Recorder {
   size_t touched_ = 0;                                             // slots of the current generation
   uint32_t generation_ = 1;                                        // 0 marks a slot never used
   std::vector<BufferPtr> keep_alive_;
+  std::vector<std::shared_ptr<const CapturedCommands>> executed_;  // alive until the submit completes
   // The pipelines this recorder dispatched lately, by (shader digest, spec, bindings): skips the
   // shared cache's hash and lock on the common path. Pipelines live as long as the context.
   struct RecentPipeline {

@@ -57,6 +57,7 @@ namespace kiln::detail::vk {
   X(vkCmdDispatch)                  \
   X(vkCmdPipelineBarrier)           \
   X(vkCmdCopyBuffer)                \
+  X(vkCmdExecuteCommands)           \
   X(vkCreateQueryPool)              \
   X(vkDestroyQueryPool)             \
   X(vkCmdResetQueryPool)            \

@@ -1,0 +1,84 @@
+// Captured programs (core/vulkan/gpu_capture.h) on the Vulkan runtime: while capturing, this
+// thread's recorder is a capture-mode one, whose secondary command buffer becomes the program.
+#include "kiln/core/error.h"
+#include "kiln/core/vulkan/gpu_capture.h"
+#include "kiln/core/vulkan/runtime/array_views.h"
+
+namespace kiln::gpu {
+namespace vk = kiln::detail::vk;
+
+struct CapturedProgram {
+  std::shared_ptr<const vk::CapturedCommands> commands;
+};
+
+namespace {
+// The recorder set aside while this thread captures (null when it had none yet).
+thread_local std::unique_ptr<vk::Recorder> tls_saved_recorder;
+thread_local bool tls_capturing = false;
+}  // namespace
+
+void begin_capture() {
+  if (tls_capturing) throw ValueError::of("gpu capture", "this thread is capturing already");
+  if (vk::tls_thread_recorder && vk::tls_thread_recorder->pending() > 0)
+    throw ValueError::of("gpu capture",
+                         "this thread has recorded work not yet submitted (capture inside an eval)");
+  auto capture = std::make_unique<vk::Recorder>(vk::context(), vk::Recorder::Mode::capture);
+  tls_saved_recorder = std::move(vk::tls_thread_recorder);
+  vk::tls_thread_recorder = std::move(capture);
+  tls_capturing = true;
+}
+
+std::shared_ptr<const CapturedProgram> end_capture() {
+  if (!tls_capturing) throw ValueError::of("gpu capture", "end_capture without begin_capture");
+  struct Restore {
+    ~Restore() {
+      vk::tls_thread_recorder = std::move(tls_saved_recorder);
+      tls_capturing = false;
+    }
+  } restore;
+  // discard_pending() (an error while capturing) may have replaced the capture recorder.
+  if (!vk::tls_thread_recorder || vk::tls_thread_recorder->mode() != vk::Recorder::Mode::capture)
+    throw ValueError::of("gpu capture", "the capture was discarded by an error");
+  return std::make_shared<const CapturedProgram>(CapturedProgram{vk::tls_thread_recorder->finish_capture()});
+}
+
+void abort_capture() noexcept {
+  if (!tls_capturing) return;
+  vk::tls_thread_recorder = std::move(tls_saved_recorder);
+  tls_capturing = false;
+}
+
+bool capturing() { return tls_capturing; }
+
+size_t captured_commands(const CapturedProgram& program) { return program.commands->commands(); }
+
+void run_captured(const std::shared_ptr<const CapturedProgram>& program, std::span<const Array> inputs,
+                  std::span<const Array> slots_in, std::span<const Array> slots_out,
+                  std::span<Array> outputs) {
+  constexpr const char* op = "gpu replay";
+  if (!program) throw ValueError::of(op, "no captured program");
+  if (tls_capturing) throw ValueError::of(op, "a captured program cannot be replayed while capturing");
+  if (inputs.size() != slots_in.size() || outputs.size() != slots_out.size())
+    throw ValueError::of(op, "the number of inputs or outputs differs from the capture",
+                         "{} inputs for {}, {} outputs for {}", inputs.size(), slots_in.size(),
+                         outputs.size(), slots_out.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].shape() != slots_in[i].shape())
+      throw ShapeError::of(op, "an input's shape differs from the capture's", "input {}: {} vs {}", i,
+                           shape_str(inputs[i].shape()), shape_str(slots_in[i].shape()));
+    if (inputs[i].dtype() != slots_in[i].dtype())
+      throw DtypeError::of(op, "an input's dtype differs from the capture's", "input {}", i);
+  }
+  vk::Recorder& r = vk::thread_recorder();
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].size() > 0) vk::record_copy_any(r, vk::array_view(inputs[i]), vk::array_view(slots_in[i]));
+  r.execute(program->commands);
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    allocate(outputs[j]);
+    if (outputs[j].size() > 0)
+      vk::record_copy_any(r, vk::array_view(slots_out[j]),
+                          vk::array_out_view(outputs[j], outputs[j].shape()));
+  }
+}
+
+}  // namespace kiln::gpu
