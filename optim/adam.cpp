@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kiln/core/ops/binary.h"
+#include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/unary.h"
 #include "kiln/optim/fused_adam_impl.h"
 
@@ -16,15 +17,21 @@ struct AdamMath {
   bool amsgrad;
 };
 
+// The step's bias-corrected step size and sqrt of the second bias correction, on the host.
+std::array<double, 2> adam_scalars(const AdamMath& a, double lr, int64_t t) {
+  const auto [b1, b2] = a.betas;
+  return {lr / (1.0 - std::pow(b1, static_cast<double>(t))),
+          std::sqrt(1.0 - std::pow(b2, static_cast<double>(t)))};
+}
+
 // torch.optim.Adam's single-tensor step on g (weight decay already applied); p is the parameter
-// to step from. Scalars are folded on the host; the update is one fused primitive (fused_adam.cpp).
-Array adam_step(const AdamMath& a, const Array& p, const Array& g, double lr, int64_t t,
-                std::map<std::string, Array, std::less<>>& s) {
+// to step from. Scalars are folded on the host (adam_scalars) and reach the one fused primitive
+// (fused_adam.cpp) as 0-d arrays: constants eagerly, inputs in a compiled step.
+Array adam_step(const AdamMath& a, const Array& p, const Array& g, const Array& step_size,
+                const Array& bc2_sqrt, std::map<std::string, Array, std::less<>>& s) {
   const auto [b1, b2] = a.betas;
   Array& m = s.at("exp_avg");
   Array& v = s.at("exp_avg_sq");
-  const double step_size = lr / (1.0 - std::pow(b1, static_cast<double>(t)));
-  const double bc2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(t)));
   std::optional<Array> vmax;
   if (a.amsgrad) vmax = s.at("max_exp_avg_sq");
   std::vector<Array> out =
@@ -62,9 +69,21 @@ std::vector<Optimizer::Slot> Adam::slots(const Shape& param_shape) const {
 }
 
 Array Adam::update_one(const Array& param, const Array& grad, double lr, int64_t count, Slots& slots) const {
+  const std::vector<double> sc = step_scalars(lr, count);
+  const Array scalars[] = {full({}, sc[0], param.dtype()), full({}, sc[1], param.dtype())};
+  return update_one_traced(param, grad, scalars, slots);
+}
+
+std::vector<double> Adam::step_scalars(double lr, int64_t count) const {
+  const auto sc = adam_scalars({o_.betas, o_.eps, o_.amsgrad}, lr, count);
+  return {sc[0], sc[1]};
+}
+
+Array Adam::update_one_traced(const Array& param, const Array& grad, std::span<const Array> scalars,
+                              Slots& slots) const {
   Array g = o_.maximize ? -grad : grad;
   if (o_.weight_decay != 0) g = g + o_.weight_decay * param;
-  return adam_step({o_.betas, o_.eps, o_.amsgrad}, param, g, lr, count, slots);
+  return adam_step({o_.betas, o_.eps, o_.amsgrad}, param, g, scalars[0], scalars[1], slots);
 }
 
 AdamW::AdamW(AdamWOptions options) : Optimizer("AdamW", options.lr), o_(std::move(options)) {
@@ -81,7 +100,21 @@ std::vector<Optimizer::Slot> AdamW::slots(const Shape& param_shape) const {
 Array AdamW::update_one(const Array& param, const Array& grad, double lr, int64_t count, Slots& slots) const {
   const Array g = o_.maximize ? -grad : grad;
   const Array p = o_.weight_decay != 0 ? param * (1.0 - lr * o_.weight_decay) : param;
-  return adam_step({o_.betas, o_.eps, o_.amsgrad}, p, g, lr, count, slots);
+  const auto sc = adam_scalars({o_.betas, o_.eps, o_.amsgrad}, lr, count);
+  return adam_step({o_.betas, o_.eps, o_.amsgrad}, p, g, full({}, sc[0], param.dtype()),
+                   full({}, sc[1], param.dtype()), slots);
+}
+
+std::vector<double> AdamW::step_scalars(double lr, int64_t count) const {
+  const auto sc = adam_scalars({o_.betas, o_.eps, o_.amsgrad}, lr, count);
+  return {sc[0], sc[1], 1.0 - lr * o_.weight_decay};
+}
+
+Array AdamW::update_one_traced(const Array& param, const Array& grad, std::span<const Array> scalars,
+                               Slots& slots) const {
+  const Array g = o_.maximize ? -grad : grad;
+  const Array p = o_.weight_decay != 0 ? param * scalars[2] : param;
+  return adam_step({o_.betas, o_.eps, o_.amsgrad}, p, g, scalars[0], scalars[1], slots);
 }
 
 Adamax::Adamax(AdamaxOptions options) : Optimizer("Adamax", options.lr), o_(std::move(options)) {

@@ -47,6 +47,9 @@ class Adam : public Optimizer {
   std::vector<std::string> slot_names() const override { return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}; }
   Array update_one(const Array& param, const Array& grad, double lr, int64_t count,
                    Slots& slots) const override;
+  std::vector<double> step_scalars(double lr, int64_t count) const override;
+  Array update_one_traced(const Array& param, const Array& grad, std::span<const Array> scalars,
+                          Slots& slots) const override;
 
  private:
   AdamOptions o_;
@@ -65,6 +68,9 @@ class AdamW : public Optimizer {
   std::vector<std::string> slot_names() const override { return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}; }
   Array update_one(const Array& param, const Array& grad, double lr, int64_t count,
                    Slots& slots) const override;
+  std::vector<double> step_scalars(double lr, int64_t count) const override;
+  Array update_one_traced(const Array& param, const Array& grad, std::span<const Array> scalars,
+                          Slots& slots) const override;
 
  private:
   AdamWOptions o_;

@@ -146,20 +146,28 @@ class FusedAdamStep final : public PrimitiveWithParams<FusedAdamStep> {
 }  // namespace
 
 std::vector<Array> adam_update(const AdamConstants& c, const Array& p, const Array& g, const Array& m,
-                               const Array& v, const std::optional<Array>& vmax, double step_size,
-                               double bc2_sqrt) {
+                               const Array& v, const std::optional<Array>& vmax, const Array& step_size,
+                               const Array& bc2_sqrt) {
   const Dtype t = p.dtype();
   std::vector<Array> in{p, g, m, v};
   if (vmax) in.push_back(*vmax);
   bool fused = t == float32 || t == float64;
   for (const Array& a : in) fused = fused && a.dtype() == t && a.shape() == p.shape();
-  in.push_back(full({}, step_size, t));
-  in.push_back(full({}, bc2_sqrt, t));
+  in.push_back(step_size);
+  in.push_back(bc2_sqrt);
+  fused = fused && step_size.dtype() == t && bc2_sqrt.dtype() == t && step_size.ndim() == 0 &&
+          bc2_sqrt.ndim() == 0;
   if (!fused) return adam_formula(c, in);
   auto prim = std::make_shared<FusedAdamStep>(to_stream({}), c);
   std::vector<Shape> shapes = prim->output_shapes(in);
   std::vector<Dtype> dtypes(shapes.size(), t);
   return Array::make_many(std::move(shapes), std::move(dtypes), std::move(prim), std::move(in));
+}
+
+std::vector<Array> adam_update(const AdamConstants& c, const Array& p, const Array& g, const Array& m,
+                               const Array& v, const std::optional<Array>& vmax, double step_size,
+                               double bc2_sqrt) {
+  return adam_update(c, p, g, m, v, vmax, full({}, step_size, p.dtype()), full({}, bc2_sqrt, p.dtype()));
 }
 
 }  // namespace kiln::optim::detail

@@ -4,6 +4,7 @@
 #include "kiln/optim/adagrad.h"
 #include "kiln/optim/adam.h"
 #include "kiln/optim/clip.h"
+#include "kiln/optim/compiled_step.h"
 #include "kiln/optim/lion.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/optim/rmsprop.h"

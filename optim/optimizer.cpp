@@ -144,6 +144,10 @@ void Optimizer::update(nn::Module& model, const ParamTree& grads) {
   model.update(apply(params, grads), nn::Verify::shapes | nn::Verify::dtypes | nn::Verify::unknown);
 }
 
+Array Optimizer::update_one_traced(const Array&, const Array&, std::span<const Array>, Slots&) const {
+  throw NotImplemented::of(name_.c_str(), "this optimizer has no compiled step yet (Adam and AdamW do)");
+}
+
 void Optimizer::init(const ParamTree& params) {
   for (const auto& [key, param] : params) {
     check_gradient(key, param, param);

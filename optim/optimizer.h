@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -131,6 +132,15 @@ class Optimizer {
   virtual Array update_one(const Array& param, const Array& grad, double lr, int64_t count,
                            Slots& slots) const = 0;
 
+  /// For compiled steps (optim/compiled_step.h): the host numbers update_one derives from `lr` and
+  /// `count` (bias corrections, decay factors), which a compiled step passes in as 0-d inputs so
+  /// that one trace serves every step. Empty (the default): no compiled form.
+  virtual std::vector<double> step_scalars(double /*lr*/, int64_t /*count*/) const { return {}; }
+  /// update_one with step_scalars(lr, count) as 0-d arrays of the parameter's dtype (traced inputs).
+  /// The default throws NotImplemented.
+  virtual Array update_one_traced(const Array& param, const Array& grad, std::span<const Array> scalars,
+                                  Slots& slots) const;
+
   /// Throws "[name] what must be <bound>, got value" as a ValueError unless ok.
   void require(bool ok, const char* what, const char* bound, double value) const;
 
@@ -138,6 +148,7 @@ class Optimizer {
   void check_gradient(const std::string& key, const Array& param, const Array& grad) const;
   void check_slots(const std::string& key, const Array& param) const;
   void create_state(ParamTree& state, const std::string& key, const Array& param) const;
+  friend class CompiledStep;  // reads counts and slots, commits a step's state
 
   std::string name_;
   LearningRate lr_;

@@ -9,9 +9,11 @@
 #include <kiln/kiln.h>
 #include <kiln/models/gpt.h>
 #include <kiln/models/mlp.h>
+#include <kiln/nn/value_and_grad.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -168,6 +170,9 @@ void BM_gpu_chain_1000(benchmark::State& st) {
       benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
+// The training steps, eager (every kernel recorded each step) or compiled (optim::CompiledStep:
+// loss, gradients and the optimizer's update captured once and replayed).
+template <bool kCompiled>
 void BM_gpu_mlp_adam_step(benchmark::State& st) {
   if (!use_gpu(st)) return;
   kiln::random::seed(0);
@@ -175,19 +180,28 @@ void BM_gpu_mlp_adam_step(benchmark::State& st) {
   const Array x = device_random({128, 784}, 7);
   const Array y = kiln::random::randint({128}, kiln::random::key(8), 0, 10);
   kiln::optim::Adam opt({.lr = 1e-3});
-  auto step = kiln::nn::value_and_grad(
-      model, [&](const Array& in, const Array& t) { return kiln::nn::cross_entropy(model(in), t); });
+  auto loss = [&](const Array& in, const Array& t) { return kiln::nn::cross_entropy(model(in), t); };
+  auto grad_fn = kiln::nn::value_and_grad(model, loss);
+  kiln::optim::CompiledStep compiled(model, opt,
+                                     [&](const std::vector<Array>& b) { return loss(b[0], b[1]); });
   auto one = [&] {
-    auto [loss, grads] = step(x, y);
-    opt.update(model, grads);
+    Array l;
+    if constexpr (kCompiled) {
+      l = compiled({x, y});
+    } else {
+      auto [value, grads] = grad_fn(x, y);
+      opt.update(model, grads);
+      l = value;
+    }
     const auto params = model.parameters();
     kiln::nn::eval({&params, &opt.state()});
-    loss.eval();
+    l.eval();
   };
   for (int i = 0; i < 3; ++i) one();
   for (auto _ : st) one();
 }
 
+template <bool kCompiled>
 void BM_gpu_gpt_adamw_step(benchmark::State& st) {
   if (!use_gpu(st)) return;
   kiln::random::seed(0);
@@ -197,15 +211,24 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
   const Array y = kiln::random::randint({batch, context}, kiln::random::key(2), 0, 65);
   kiln::eval(x, y);
   kiln::optim::AdamW opt({.lr = 3e-4});
-  auto step = kiln::nn::value_and_grad(model, [&](const Array& in, const Array& t) {
+  auto loss = [&](const Array& in, const Array& t) {
     return kiln::nn::cross_entropy(kiln::reshape(model(in), {-1, 65}), kiln::reshape(t, {-1}));
-  });
+  };
+  auto grad_fn = kiln::nn::value_and_grad(model, loss);
+  kiln::optim::CompiledStep compiled(model, opt,
+                                     [&](const std::vector<Array>& b) { return loss(b[0], b[1]); });
   auto one = [&] {
-    auto [loss, grads] = step(x, y);
-    opt.update(model, grads);
+    Array l;
+    if constexpr (kCompiled) {
+      l = compiled({x, y});
+    } else {
+      auto [value, grads] = grad_fn(x, y);
+      opt.update(model, grads);
+      l = value;
+    }
     const auto params = model.parameters();
     kiln::nn::eval({&params, &opt.state()});
-    loss.eval();
+    l.eval();
   };
   for (int i = 0; i < 2; ++i) one();
   for (auto _ : st) one();
@@ -270,8 +293,22 @@ BENCHMARK(BM_gpu_matmul_shape)
     ->UseRealTime();
 BENCHMARK(BM_gpu_add_1gib)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_chain_1000)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_gpu_mlp_adam_step)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_gpu_gpt_adamw_step)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gpu_mlp_adam_step<false>)
+    ->Name("BM_gpu_mlp_adam_step")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_gpu_gpt_adamw_step<false>)
+    ->Name("BM_gpu_gpt_adamw_step")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_gpu_mlp_adam_step<true>)
+    ->Name("BM_gpu_mlp_adam_step_compiled")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_gpu_gpt_adamw_step<true>)
+    ->Name("BM_gpu_gpt_adamw_step_compiled")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 namespace {
 
 // sum over one axis of a float32 [rows, cols] array (st.range: rows, cols, axis): axis 0 is a bias
