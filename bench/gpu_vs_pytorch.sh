@@ -14,7 +14,8 @@ build=build/release
 tests=(vulkan_runtime_test vulkan_kernels_test elementwise_kernel_test glsl_compiler_test gpu_eval_test
   gpu_elementwise_test gpu_reduce_test gpu_index_test gpu_linalg_test gpu_random_test gpu_compile_test
   gpu_scan_test gpu_sort_test gpu_gather_test gpu_conv_test gpu_pool_test gpu_float64_math_test
-  gpu_matmul_half_test gpu_norm_test gpu_training_memory_test gpu_capture_test)
+  gpu_matmul_half_test gpu_norm_test gpu_training_memory_test gpu_capture_test gpu_attention_test
+  gpu_arange_test gpu_masked_grad_test)
 
 case "${1:-}" in
   prepare)
