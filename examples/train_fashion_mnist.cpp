@@ -47,7 +47,8 @@ struct Settings {
   int64_t log_every = 50;
   std::string out = "fashion_mnist_run";
   bool bench = false;
-  bool sync = false;  // no overlap of step n + 1's preparation with step n
+  bool sync = false;      // no overlap of step n + 1's preparation with step n
+  bool compiled = false;  // replay one compiled step (optim::CompiledStep)
 };
 
 // uint8 images -> float32, normalized; runs on the loader's prefetch thread, off the training path.
@@ -113,9 +114,16 @@ int train(Model& model, const io::Mnist& train_set, const io::Mnist& test_set, c
   kiln::optim::LearningRate lr = s.lr;
   if (s.schedule == "cosine") lr = kiln::optim::cosine_decay(s.lr, steps_per_epoch * s.epochs);
   kiln::optim::Adam opt({.lr = lr});
-  auto step = nn::value_and_grad(model, [&](const Array& images, const Array& labels) {
+  const auto loss_of = [&](const Array& images, const Array& labels) {
     return nn::cross_entropy(model(images), kiln::astype(labels, kiln::int32));
-  });
+  };
+  // By default each step's graph is built anew (eager). --compiled runs the step compiled whole
+  // (loss, gradients, Adam: optim::CompiledStep), traced once and on the GPU captured once and
+  // replayed. On the H200 that is slower in this loop today although each step's GPU time is lower
+  // (docs/gpu.md), so it is not the default yet.
+  auto eager_step = nn::value_and_grad(model, loss_of);
+  kiln::optim::CompiledStep compiled_step(model, opt,
+                                          [&](const std::vector<Array>& b) { return loss_of(b[0], b[1]); });
 
   const std::filesystem::path out = s.out;
   if (!s.bench && !s.out.empty()) std::filesystem::create_directories(out);
@@ -165,8 +173,14 @@ int train(Model& model, const io::Mnist& train_set, const io::Mnist& test_set, c
     };
     for (const auto& batch : loader.epoch(e)) {
       const double lr_now = opt.learning_rate();
-      auto [loss, grads] = step(batch[0], batch[1]);
-      opt.update(model, grads);
+      Array loss;
+      if (!s.compiled) {
+        auto [value, grads] = eager_step(batch[0], batch[1]);
+        opt.update(model, grads);
+        loss = value;
+      } else {
+        loss = compiled_step({batch[0], batch[1]});
+      }
       const auto params = model.parameters();
       if (s.sync)
         nn::eval({&params, &opt.state()});
@@ -243,6 +257,8 @@ int main(int argc, char** argv) {
          "folder for metrics.csv and plot.svg (written after every epoch) and weights.h5 (at the end); "
          "\"\": none")
       ->capture_default_str();
+  app.add_flag("--compiled", s.compiled,
+               "replay one compiled training step instead of building each step's graph");
   app.add_flag("--sync", s.sync,
                "evaluate each step before building the next (no overlap; to compare with the default)");
   app.add_flag(

@@ -6,6 +6,7 @@
 #include <kiln/kiln.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -33,8 +34,15 @@ Array composite(const Array& q, const Array& k, const Array& v, double scale, bo
   return matmul(softmax(scores, -1, s), v, s);
 }
 
+// The fused GPU kernels run only when asked for (core/ops/attention.cpp says why); these tests
+// are about them.
 class GpuAttention : public detail::vk::testing::VulkanTest {
  protected:
+  void SetUp() override {
+    VulkanTest::SetUp();
+    setenv("KILN_VULKAN_FUSED_ATTENTION", "1", 1);
+  }
+  void TearDown() override { unsetenv("KILN_VULKAN_FUSED_ATTENTION"); }
   bool can(Dtype t) {
     if (t == float64) return ctx().caps().float64;
     if (t == float16 || t == bfloat16) return ctx().caps().storage16;
