@@ -68,7 +68,8 @@ TEST_F(GpuMaskedGrad, LogsumexpOfScoresPlusABroadcastMask) {
 }
 
 TEST_F(GpuMaskedGrad, BatchedMatmulsAtOneQueryAndOneKey) {
-  // (2, 2, M, K) x (2, 2, N, K)^T (a transposed view, as q k^T) for the unfused graph's shapes at Lq = Lk = 1 and around them.
+  // (2, 2, M, K) x (2, 2, N, K)^T (a transposed view, as q k^T) for the unfused graph's shapes at Lq = Lk = 1
+  // and around them.
   const int64_t shapes[][3] = {{1, 16, 1}, {1, 1, 16}, {1, 1, 1}, {7, 16, 12}, {7, 12, 16}, {12, 7, 16}};
   uint64_t seed = 10;
   for (const auto& sh : shapes) {
@@ -79,8 +80,7 @@ TEST_F(GpuMaskedGrad, BatchedMatmulsAtOneQueryAndOneKey) {
     const Array u = test::random_array({2, 2, m, n}, float32, seed++);
     const auto [gpu, cpu] = both(
         [&](const std::vector<Array>& x, Device d) {
-          return sum(multiply(matmul(x[0], swapaxes(x[1], -1, -2, d), d),
-                              astype(u, x[0].dtype(), d), d),
+          return sum(multiply(matmul(x[0], swapaxes(x[1], -1, -2, d), d), astype(u, x[0].dtype(), d), d),
                      false, d);
         },
         {a, b}, {0, 1});
