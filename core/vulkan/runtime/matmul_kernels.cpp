@@ -167,11 +167,13 @@ std::optional<CoopmatPlan> plan_coopmat(const Context& ctx, const HalfGemmOption
                                       rank == 3 ? b.strides[0] : 0, batch, b.offset);
   if (!a_layout || !b_layout) return std::nullopt;
   CoopmatPlan plan{nullptr, {}, *a_layout, *b_layout};
-  // The tile: the asked one, else 128 x 128 when there are enough such tiles to keep a large GPU
-  // busy (two workgroups on each compute unit), 64 x 64 otherwise.
+  // The tile: the asked one, else 128 x 128 in the probe's single-stage tiling when there are
+  // enough such tiles to keep a large GPU busy (two workgroups on each compute unit), 64 x 64
+  // otherwise. On the H200 the single-stage 128 x 128 was the fastest of every tile and fragment
+  // shape at 4096^3 (159 TFLOP/s against 137 for the two-stage one; KILN_GPU_BENCH_TILES=1).
   std::string_view tile = o.tile;
   if (tile.empty())
-    tile = ((m + 127) / 128) * ((n + 127) / 128) * batch >= 2 * int64_t{compute_units(ctx)} ? "128x128"
+    tile = ((m + 127) / 128) * ((n + 127) / 128) * batch >= 2 * int64_t{compute_units(ctx)} ? "128x128_w64x32_s1"
                                                                                             : "64x64";
   for (const CoopmatTile& t : kCoopmatTiles)
     if (t.name == tile) plan.tile = &t;
