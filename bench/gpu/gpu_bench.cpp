@@ -172,19 +172,35 @@ void BM_gpu_chain_1000(benchmark::State& st) {
 
 // The training steps, eager (every kernel recorded each step) or compiled (optim::CompiledStep:
 // loss, gradients and the optimizer's update captured once and replayed).
-template <bool kCompiled>
+// kHostBatches: a new batch of host arrays each step (8 made up front, in turn), as a data loader
+// gives them, instead of one batch on the device.
+template <bool kCompiled, bool kHostBatches = false>
 void BM_gpu_mlp_adam_step(benchmark::State& st) {
   if (!use_gpu(st)) return;
   kiln::random::seed(0);
   kiln::models::Mlp model({.in_features = 784, .hidden = {512, 512}, .out_features = 10});
-  const Array x = device_random({128, 784}, 7);
-  const Array y = kiln::random::randint({128}, kiln::random::key(8), 0, 10);
+  Array x = device_random({128, 784}, 7);
+  Array y = kiln::random::randint({128}, kiln::random::key(8), 0, 10);
+  std::vector<Array> host_x, host_y;
+  for (uint64_t i = 0; kHostBatches && i < 8; ++i) {
+    host_x.push_back(kiln::random::uniform({128, 784}, kiln::random::key(100 + i), 0.0, 1.0, kiln::float32,
+                                           kiln::Device::cpu));
+    host_y.push_back(
+        kiln::random::randint({128}, kiln::random::key(200 + i), 0, 10, kiln::int32, kiln::Device::cpu));
+  }
+  kiln::eval(host_x);
+  kiln::eval(host_y);
+  size_t turn = 0;
   kiln::optim::Adam opt({.lr = 1e-3});
   auto loss = [&](const Array& in, const Array& t) { return kiln::nn::cross_entropy(model(in), t); };
   auto grad_fn = kiln::nn::value_and_grad(model, loss);
   kiln::optim::CompiledStep compiled(model, opt,
                                      [&](const std::vector<Array>& b) { return loss(b[0], b[1]); });
   auto one = [&] {
+    if constexpr (kHostBatches) {
+      x = host_x[turn % 8];
+      y = host_y[turn++ % 8];
+    }
     Array l;
     if constexpr (kCompiled) {
       l = compiled({x, y});
@@ -303,6 +319,14 @@ BENCHMARK(BM_gpu_gpt_adamw_step<false>)
     ->UseRealTime();
 BENCHMARK(BM_gpu_mlp_adam_step<true>)
     ->Name("BM_gpu_mlp_adam_step_compiled")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_gpu_mlp_adam_step<false, true>)
+    ->Name("BM_gpu_mlp_adam_step_hostbatch")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_gpu_mlp_adam_step<true, true>)
+    ->Name("BM_gpu_mlp_adam_step_compiled_hostbatch")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_gpu_gpt_adamw_step<true>)
