@@ -173,8 +173,9 @@ std::optional<CoopmatPlan> plan_coopmat(const Context& ctx, const HalfGemmOption
   // shape at 4096^3 (159 TFLOP/s against 137 for the two-stage one; KILN_GPU_BENCH_TILES=1).
   std::string_view tile = o.tile;
   if (tile.empty())
-    tile = ((m + 127) / 128) * ((n + 127) / 128) * batch >= 2 * int64_t{compute_units(ctx)} ? "128x128_w64x32_s1"
-                                                                                            : "64x64";
+    tile = ((m + 127) / 128) * ((n + 127) / 128) * batch >= 2 * int64_t{compute_units(ctx)}
+               ? "128x128_w64x32_s1"
+               : "64x64";
   for (const CoopmatTile& t : kCoopmatTiles)
     if (t.name == tile) plan.tile = &t;
   if (!plan.tile) throw ValueError::of(kOp, "no cooperative-matrix tile of that name", "'{}'", tile);
