@@ -1,27 +1,56 @@
 #include "kiln/nn/value_and_grad.h"
 
 #include "kiln/core/transforms.h"
-#include "kiln/nn/swap_in.h"
 
 namespace kiln::nn::detail {
+namespace {
 
-std::pair<Array, ParamTree> module_value_and_grad(Module& model, const std::function<Array()>& loss) {
-  const auto slots = ModuleAccess::slots(model, /*trainable_only=*/true);
-  std::vector<Array> values;
-  std::vector<int> argnums;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    values.push_back(slots[i].second->value());
-    argnums.push_back(static_cast<int>(i));
+/// Puts `values` into `slots` and puts the old values back on destruction.
+class SwapIn {
+ public:
+  SwapIn(const std::vector<std::pair<std::string, ParameterInfo*>>& slots, const std::vector<Array>& values)
+      : slots_(slots) {
+    saved_.reserve(slots.size());
+    for (size_t i = 0; i < slots.size(); ++i) {
+      saved_.push_back(slots[i].second->value());
+      slots[i].second->reset(values[i]);
+    }
   }
-  if (slots.empty()) return {loss(), ParamTree()};
+  ~SwapIn() {
+    for (size_t i = 0; i < slots_.size(); ++i) slots_[i].second->reset(saved_[i]);
+  }
+  SwapIn(const SwapIn&) = delete;
+  SwapIn& operator=(const SwapIn&) = delete;
+
+ private:
+  const std::vector<std::pair<std::string, ParameterInfo*>>& slots_;
+  std::vector<Array> saved_;
+};
+
+}  // namespace
+
+std::pair<Array, std::vector<Array>> value_and_grad_at(
+    const std::vector<std::pair<std::string, ParameterInfo*>>& slots, const std::vector<Array>& params,
+    const std::function<Array()>& loss) {
+  if (slots.empty()) return {loss(), {}};
+  std::vector<int> argnums(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) argnums[i] = static_cast<int>(i);
   auto fn = [&](const std::vector<Array>& traced) {
     SwapIn swap(slots, traced);
     return std::vector<Array>{loss()};
   };
-  auto [outputs, grads] = kiln::value_and_grad(fn, argnums)(values);
+  auto [outputs, grads] = kiln::value_and_grad(fn, argnums)(params);
+  return {outputs[0], std::move(grads)};
+}
+
+std::pair<Array, ParamTree> module_value_and_grad(Module& model, const std::function<Array()>& loss) {
+  const auto slots = ModuleAccess::slots(model, /*trainable_only=*/true);
+  std::vector<Array> values;
+  for (const auto& [key, info] : slots) values.push_back(info->value());
+  auto [value, grads] = value_and_grad_at(slots, values, loss);
   ParamTree tree;
   for (size_t i = 0; i < slots.size(); ++i) tree.set(slots[i].first, std::move(grads[i]));
-  return {outputs[0], std::move(tree)};
+  return {value, std::move(tree)};
 }
 
 std::pair<Array, ParamTree> CompiledModuleGrad::call(const std::vector<Array>& args, const Loss& loss) {
@@ -40,15 +69,8 @@ std::pair<Array, ParamTree> CompiledModuleGrad::call(const std::vector<Array>& a
       const std::vector<Array> params(in.begin(), in.begin() + static_cast<long>(n));
       const std::vector<Array> rest(in.begin() + static_cast<long>(n), in.end());
       const auto traced_slots = ModuleAccess::slots(model_, /*trainable_only=*/true);
-      if (n == 0) return std::vector<Array>{(*loss_)(rest)};
-      std::vector<int> argnums(n);
-      for (size_t i = 0; i < n; ++i) argnums[i] = static_cast<int>(i);
-      auto f = [&](const std::vector<Array>& traced) {
-        SwapIn swap(traced_slots, traced);
-        return std::vector<Array>{(*loss_)(rest)};
-      };
-      auto [outputs, grads] = kiln::value_and_grad(f, argnums)(params);
-      std::vector<Array> out{outputs[0]};
+      auto [value, grads] = value_and_grad_at(traced_slots, params, [&] { return (*loss_)(rest); });
+      std::vector<Array> out{value};
       out.insert(out.end(), grads.begin(), grads.end());
       return out;
     });

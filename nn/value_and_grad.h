@@ -20,6 +20,13 @@ namespace detail {
 /// loss throws.
 std::pair<Array, ParamTree> module_value_and_grad(Module& model, const std::function<Array()>& loss);
 
+/// The loss and its gradients with respect to `params`, which loss() reads through `slots` (a
+/// model's trainable parameter slots, ModuleAccess::slots order) while they are swapped in: the
+/// core of module_value_and_grad, also of the compiled forms, which give traced values.
+std::pair<Array, std::vector<Array>> value_and_grad_at(
+    const std::vector<std::pair<std::string, ParameterInfo*>>& slots, const std::vector<Array>& params,
+    const std::function<Array()>& loss);
+
 /// What nn::compiled_value_and_grad calls: a compiled function of (trainable parameters, args).
 class CompiledModuleGrad {
  public:

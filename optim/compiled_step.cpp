@@ -5,8 +5,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/ops/creation.h"
-#include "kiln/core/transforms.h"
-#include "kiln/nn/swap_in.h"
+#include "kiln/nn/value_and_grad.h"
 
 namespace kiln::optim {
 namespace {
@@ -33,14 +32,8 @@ std::vector<Array> CompiledStep::traced_step(const std::vector<Array>& in) const
   const std::vector<Array> scalars(in.begin() + static_cast<long>(at), in.end());
 
   const auto traced_slots = nn::detail::ModuleAccess::slots(model_, /*trainable_only=*/true);
-  std::vector<int> argnums(n);
-  for (size_t i = 0; i < n; ++i) argnums[i] = static_cast<int>(i);
-  auto loss_of = [&](const std::vector<Array>& traced) {
-    nn::detail::SwapIn swap(traced_slots, traced);
-    return std::vector<Array>{loss_(batch)};
-  };
-  auto [values, grads] = value_and_grad(loss_of, argnums)(params);
-  std::vector<Array> out{values[0]};
+  auto [value, grads] = nn::detail::value_and_grad_at(traced_slots, params, [&] { return loss_(batch); });
+  std::vector<Array> out{value};
   for (size_t i = 0; i < n; ++i) {
     std::vector<Array> typed;
     for (const Array& s : scalars) typed.push_back(astype(s, params[i].dtype()));
@@ -61,7 +54,12 @@ Array CompiledStep::operator()(const std::vector<Array>& batch) {
     keys.push_back(key);
     params.set(key, info->value());
   }
-  opt_.init(params);  // state for parameters that have none yet; checks dtypes and slot shapes
+  // State for parameters that have none yet (with init's checks); a step's own state needs none.
+  for (const std::string& key : keys)
+    if (!opt_.counts_.contains(key)) {
+      opt_.init(params);
+      break;
+    }
   const int64_t count = opt_.counts_.at(keys[0]) + 1;
   for (const std::string& key : keys)
     if (opt_.counts_.at(key) + 1 != count)

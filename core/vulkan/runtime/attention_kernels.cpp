@@ -40,9 +40,6 @@ struct BackwardPush {
 };
 static_assert(sizeof(BackwardPush) <= Context::kPushConstantBytes);
 
-int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
-uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
-
 Operand operand(const GpuView& v) {
   return {i32(v.offset), i32(v.strides[0]), i32(v.strides[1]), i32(v.strides[2])};
 }
@@ -50,21 +47,6 @@ Operand operand(const GpuView& v) {
 MaskOperand mask_operand(const GpuView* m) {
   if (!m) return {};
   return {i32(m->offset), i32(m->strides[0]), i32(m->strides[1]), i32(m->strides[2]), i32(m->strides[3])};
-}
-
-const char* variant(Dtype t) {
-  switch (t) {
-    case float32:
-      return "f32";
-    case float64:
-      return "f64";
-    case float16:
-      return "f16";
-    case bfloat16:
-      return "bf16";
-    default:
-      return nullptr;
-  }
 }
 
 // Rows a workgroup owns (the variants' KILN_BR): float64 tiles are half as tall to fit shared memory.
@@ -94,7 +76,7 @@ const char* check(const Context& ctx, const AttentionOperands& a, const char* op
       throw ShapeError::of(op, "the mask must be (N0, N1, Lq, Lk) of the compute dtype", "{} {}",
                            dtype_name(a.mask->dtype), a.mask->shape);
   }
-  const char* suffix = variant(a.q.dtype);
+  const char* suffix = float_variant(a.q.dtype);
   if (!suffix) throw ValueError::of(op, "needs a float dtype", "{}", dtype_name(a.q.dtype));
   const DeviceCaps& caps = ctx.caps();
   if (a.q.dtype == float64 && !caps.float64)

@@ -51,9 +51,6 @@ struct BlocksPush {
 };
 static_assert(sizeof(MovePush) == 112 && sizeof(IndexRowsPush) == 88 && sizeof(BlocksPush) == 48);
 
-uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
-int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
-
 template <size_t M>
 void fill(std::array<uint32_t, M>& dst, const Shape& src) {
   dst.fill(0);

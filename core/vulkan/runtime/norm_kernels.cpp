@@ -34,30 +34,12 @@ struct VjpPush {
   uint32_t eps_lo, eps_hi;
 };
 
-int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
-uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
-
-const char* variant(Dtype t) {
-  switch (t) {
-    case float32:
-      return "f32";
-    case float64:
-      return "f64";
-    case float16:
-      return "f16";
-    case bfloat16:
-      return "bf16";
-    default:
-      return nullptr;
-  }
-}
-
 // Checks x ([rows, n] of a float dtype the device can take) and the operands every kernel shares;
 // returns the shader variant's suffix.
 const char* check_rows(const Context& ctx, RowNorm kind, const GpuView& x, const GpuView* w, const char* op) {
   check_view(x, op);
   if (x.shape.size() != 2) throw ShapeError::of(op, "needs a [rows, n] view", "{}", x.shape);
-  const char* suffix = variant(x.dtype);
+  const char* suffix = float_variant(x.dtype);
   if (!suffix) throw ValueError::of(op, "needs a float dtype", "{}", dtype_name(x.dtype));
   const DeviceCaps& c = ctx.caps();
   if (x.dtype == float64 && !c.float64)

@@ -73,8 +73,6 @@ Variant variant_for(Dtype in, const ScanFeatures& f) {
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
-int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
 
 const ShaderCode& scan_shader(const char* layout, const char* family) {
   return builtin_shader(fmt::format("scan_{}_{}", layout, family));

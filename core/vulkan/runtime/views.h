@@ -19,6 +19,27 @@ inline constexpr uint32_t kWorkgroup = 256;
 /// The shaders index with int32.
 inline constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
 
+/// Push-constant fields: offsets, strides and sizes checked to fit (check_view, kMaxIndex).
+inline int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
+inline uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
+
+/// The shader-variant suffix of a float dtype (`// kiln-variant:` names such as norm_rows_f32),
+/// nullptr for other dtypes.
+inline const char* float_variant(Dtype t) {
+  switch (t) {
+    case float32:
+      return "f32";
+    case float64:
+      return "f64";
+    case float16:
+      return "f16";
+    case bfloat16:
+      return "bf16";
+    default:
+      return nullptr;
+  }
+}
+
 inline uint32_t workgroup_size(const Context& ctx) {
   return std::min({kWorkgroup, ctx.caps().max_workgroup_invocations, ctx.caps().max_workgroup_size[0]});
 }
