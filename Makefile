@@ -77,7 +77,7 @@ tsan: deps
 TSAN_OPTIONS_CI = halt_on_error=1 second_deadlock_stack=1 history_size=4
 tsan-threads: deps
 	$(call configure,tsan)
-	$(call build,tsan) --target threads_test array_test materialized_module_test layers_attention_test data_loader_test async_eval_test vulkan_runtime_test gpu_eval_test gpu_capture_test
+	$(call build,tsan) --target threads_test array_test materialized_module_test layers_attention_test data_loader_test async_eval_test vulkan_runtime_test gpu_eval_test gpu_capture_test gpu_async_test
 	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/threads_test
 	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/materialized_module_test
 	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/layers_attention_test
@@ -86,6 +86,8 @@ tsan-threads: deps
 	KILN_VULKAN_ALLOW_CPU=1 TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/vulkan/vulkan_runtime_test
 	KILN_VULKAN_ALLOW_CPU=1 TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/vulkan/gpu_eval_test
 	KILN_VULKAN_ALLOW_CPU=1 TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/vulkan/gpu_capture_test --gtest_filter='GpuCapture.Threads*'
+	KILN_VULKAN_ALLOW_CPU=1 TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/vulkan/gpu_async_test --gtest_filter='-*Overlaps*'
+	KILN_DEVICE=gpu KILN_VULKAN_ALLOW_CPU=1 TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/async_eval_test --gtest_filter='-*Overlaps*'
 	TSAN_OPTIONS="$(TSAN_OPTIONS_CI)" build/tsan/tests/array_test --gtest_filter='ArrayThreads.*'
 
 # Each fuzz/*_fuzz.cpp target first writes its seed corpus (valid files, KILN_FUZZ_WRITE_SEEDS) into

@@ -2,6 +2,7 @@
 // Array: a cheap, copyable handle to a node of the lazy graph.
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <initializer_list>
 #include <memory>
 #include <ostream>
@@ -156,7 +157,9 @@ std::ostream& operator<<(std::ostream& os, const Array& a);
 
 namespace detail {
 
-enum class NodeState : uint8_t { unevaluated, running, available };
+/// A node's life: unevaluated; running (claimed by a thread computing it); submitted (its GPU work
+/// is on the queue: later GPU work may read it, the host waits for available); available.
+enum class NodeState : uint8_t { unevaluated, running, submitted, available };
 
 /// Lock for the few node fields that eval on another thread may change (inputs, primitive).
 class SpinLock {
@@ -180,6 +183,7 @@ struct SiblingGroup {
   std::vector<std::weak_ptr<ArrayNode>> outputs;
   std::vector<Shape> shapes;
   std::vector<Dtype> dtypes;
+  std::exception_ptr async_error;  // as ArrayNode::async_error, for the group (guarded by `lock`)
 };
 
 struct ArrayNode {
@@ -205,12 +209,22 @@ struct ArrayNode {
   int64_t offset = 0;  // elements from the buffer's start
   Strides strides;
   bool row_contiguous = true;
+  // Guarded by `lock`: why GPU work submitted without a wait failed (a device error the next
+  // evaluation may not meet again). Reported, and cleared, by the first eval that asks for this
+  // array; cleared when it is computed.
+  std::exception_ptr async_error;
 
   std::atomic<NodeState>& claim_word() { return group ? group->state : state; }
 };
 
 /// True when a transform is tracing on this thread (tracer nodes are kept whole while it is).
 bool in_trace();
+/// eval without waiting for the GPU: this thread's recorded work is submitted and completes later
+/// (whoever waits for its arrays completes it). async_eval's scheduler runs this.
+void eval_nowait(std::span<const Array> arrays);
+/// How many submits of eval_nowait are in flight: on the queue and not yet completed by a waiter
+/// (for tests and benchmarks).
+size_t gpu_work_in_flight();
 /// Marks tracing on this thread for the lifetime of the guard.
 class TraceScope {
  public:

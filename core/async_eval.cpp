@@ -4,6 +4,9 @@
 // the nodes the scheduler is computing, computes itself what the scheduler has not reached, and
 // when the scheduler fails a node (its word goes back to unevaluated) runs that node again, which
 // raises the same error on the waiting thread.
+//
+// GPU work is submitted without waiting (detail::eval_nowait): the scheduler records the next job
+// while the device runs this one, and the waiter completes the work it needs.
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -61,7 +64,7 @@ class Scheduler {
         queue_.pop_front();
       }
       try {
-        eval(job);
+        eval_nowait(job);
       } catch (...) {
         // Not lost: the failed node is unevaluated again, and whoever waits on it (or on what
         // depends on it) runs it and gets the error on their own thread.

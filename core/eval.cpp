@@ -7,14 +7,24 @@
 // the end of eval, and earlier only where the host needs GPU results: before a CPU primitive reads
 // a GPU-only buffer, and before this thread waits for a node another thread is computing (which
 // might in turn wait for one of ours).
+//
+// async_eval's scheduler runs eval_nowait, which submits without waiting: its nodes become
+// "submitted" and the submission joins a process-wide queue of work in flight. Later GPU work may
+// read a submitted node at once (each submit waits on the timeline for the one before, so the
+// queue runs them in order); the host waits for `available`. Whoever waits completes the oldest
+// work in flight (waits for it, publishes its nodes), so no thread is needed for it.
 #include <algorithm>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/array.h"
 #include "kiln/core/primitive.h"
 #include "kiln/core/vulkan/gpu.h"
+#include "kiln/core/vulkan/gpu_async.h"
 #include "kiln/core/vulkan/gpu_capture.h"
 
 namespace kiln {
@@ -24,6 +34,10 @@ namespace {
 thread_local int tls_trace_depth = 0;
 
 bool is_done(const ArrayNode& n) { return n.state.load(std::memory_order_acquire) == NodeState::available; }
+// On the GPU queue: GPU work may read it now; the host waits for is_done.
+bool is_submitted(ArrayNode& n) {
+  return n.claim_word().load(std::memory_order_acquire) == NodeState::submitted;
+}
 
 // Nodes already met by build_tape: open addressing over pointers (a node per entry, as
 // std::unordered_set allocates, costs more than the rest of the walk for a long chain).
@@ -77,7 +91,7 @@ std::vector<std::shared_ptr<ArrayNode>> build_tape(std::span<const Array> output
       stack.pop_back();
       continue;
     }
-    if (is_done(*f.node) || !seen.insert(f.node.get())) {
+    if (is_done(*f.node) || is_submitted(*f.node) || !seen.insert(f.node.get())) {
       stack.pop_back();
       continue;
     }
@@ -86,7 +100,8 @@ std::vector<std::shared_ptr<ArrayNode>> build_tape(std::span<const Array> output
     std::lock_guard lock(node->lock);
     for (size_t i = node->inputs.size(); i-- > 0;) {
       const Array& in = node->inputs[i];
-      if (!is_done(in.node()) && !seen.contains(&in.node())) stack.push_back({in.node_ptr(), false});
+      if (!is_done(in.node()) && !is_submitted(in.node()) && !seen.contains(&in.node()))
+        stack.push_back({in.node_ptr(), false});
     }
   }
   return tape;
@@ -108,14 +123,95 @@ void release_claims(std::vector<Deferred>& deferred) noexcept {
   deferred.clear();
 }
 
+// Calls f on the error slot of a node's claim word (its group's for a multi-output primitive),
+// under the lock that guards it.
+template <class F>
+auto with_error_slot(ArrayNode& n, F&& f) {
+  if (n.group) {
+    std::lock_guard lock(n.group->lock);
+    return f(n.group->async_error);
+  }
+  std::lock_guard lock(n.lock);
+  return f(n.async_error);
+}
+
 void publish(ArrayNode& n, bool keep_graph);
 
 void publish_outputs(const std::shared_ptr<ArrayNode>& node, bool keep) {
   if (!node->group) return publish(*node, keep);  // a single output: no list of outputs to build
   for (Array& o : Array(node).outputs()) publish(o.node(), keep);
   if (const std::shared_ptr<SiblingGroup>& group = node->group) {
+    {
+      std::lock_guard lock(group->lock);
+      group->async_error = nullptr;
+    }
     group->state.store(NodeState::available, std::memory_order_release);
     group->state.notify_all();
+  }
+}
+
+// GPU work submitted without a wait, oldest first, with the nodes it computes (each claim word
+// `submitted` while its entry is queued or being completed). Pushing an entry and marking its
+// nodes happen under the mutex, so a node seen `submitted` whose entry is gone from the queue is
+// being completed by some thread, which publishes it.
+struct InFlight {
+  std::unique_ptr<gpu::PendingWork> work;
+  std::vector<Deferred> nodes;
+};
+struct InFlightQueue {
+  std::mutex mutex;
+  std::deque<InFlight> entries;
+  std::atomic<size_t> size{0};  // entries.size(), read without the lock to skip an empty queue
+};
+InFlightQueue& in_flight() {
+  // Never destroyed, like the Vulkan context: work may still be queued at exit.
+  static InFlightQueue* queue = new InFlightQueue;
+  return *queue;
+}
+
+// Work in flight failed: its nodes go back to unevaluated and keep the error for the first eval
+// that asks for them (running them again might not meet it: a failed submit, say).
+void fail_nodes(std::vector<Deferred>& nodes, const std::exception_ptr& error) noexcept {
+  for (Deferred& d : nodes) with_error_slot(*d.node, [&](std::exception_ptr& slot) { slot = error; });
+  release_claims(nodes);
+}
+
+// Completes the oldest work in flight: waits for it (when `block`; otherwise only if it is done)
+// and publishes its nodes. Returns whether there was such work.
+bool complete_oldest(bool block) {
+  InFlightQueue& q = in_flight();
+  // Not for a blocking call: a waiter that saw a node `submitted` must take the lock, which the
+  // submitter holds until the node's entry is queued (`size` may not show it yet).
+  if (!block && q.size.load(std::memory_order_acquire) == 0) return false;
+  InFlight entry;
+  {
+    std::lock_guard lock(q.mutex);
+    if (q.entries.empty()) return false;
+    if (!block) {
+      bool done = true;  // an error is the waiter's to report: complete it below
+      try {
+        done = q.entries.front().work->done();
+      } catch (...) {
+      }
+      if (!done) return false;
+    }
+    entry = std::move(q.entries.front());
+    q.entries.pop_front();
+    q.size.store(q.entries.size(), std::memory_order_release);
+  }
+  try {
+    entry.work->wait();
+  } catch (...) {
+    fail_nodes(entry.nodes, std::current_exception());
+    return true;
+  }
+  for (Deferred& d : entry.nodes) publish_outputs(d.node, d.keep);
+  return true;
+}
+
+// Publishes what work in flight has finished, without blocking.
+void complete_finished() {
+  while (complete_oldest(false)) {
   }
 }
 
@@ -132,6 +228,35 @@ void flush_gpu() {
     throw;
   }
   for (Deferred& d : deferred) publish_outputs(d.node, d.keep);
+  complete_finished();  // every earlier submit has completed too
+}
+
+// flush_gpu without the wait: the nodes become `submitted` and their work joins the queue in
+// flight. A failed submit is kept by the nodes for their waiter (nothing else would report it).
+void flush_gpu_nowait() {
+  if (tls_deferred.empty() && !gpu::has_pending()) return;
+  std::vector<Deferred> deferred;
+  deferred.swap(tls_deferred);
+  std::unique_ptr<gpu::PendingWork> work;
+  try {
+    work = gpu::submit_pending_nowait();
+  } catch (...) {
+    fail_nodes(deferred, std::current_exception());
+    throw;
+  }
+  if (!work) {
+    for (Deferred& d : deferred) publish_outputs(d.node, d.keep);
+    return;
+  }
+  InFlightQueue& q = in_flight();
+  std::lock_guard lock(q.mutex);
+  for (Deferred& d : deferred) {
+    std::atomic<NodeState>& word = d.node->claim_word();
+    word.store(NodeState::submitted, std::memory_order_release);
+    word.notify_all();  // a waiter may complete the work, or record GPU work that reads it
+  }
+  q.entries.push_back({std::move(work), std::move(deferred)});
+  q.size.store(q.entries.size(), std::memory_order_release);
 }
 
 // Abandons this thread's recorded GPU work after an error in the eval that recorded it.
@@ -144,8 +269,26 @@ void wait_available(std::atomic<NodeState>& word) {
   for (NodeState s = word.load(std::memory_order_acquire); s != NodeState::available;
        s = word.load(std::memory_order_acquire)) {
     if (s == NodeState::unevaluated) return;  // its evaluator failed; the caller retries
+    // Submitted: complete work in flight, oldest first, until it is published; when none is left
+    // in the queue, another thread is completing it.
+    if (s == NodeState::submitted && complete_oldest(true)) continue;
     word.wait(s, std::memory_order_acquire);
   }
+}
+
+// The error kept by a node whose work in flight failed, taken (reported once); null if none.
+std::exception_ptr take_async_error(ArrayNode& n) {
+  return with_error_slot(n, [](std::exception_ptr& slot) { return std::exchange(slot, nullptr); });
+}
+
+// A CPU primitive reads its inputs on the host: those submitted must complete first.
+void wait_for_host(ArrayNode& n) {
+  if (is_done(n) || !is_submitted(n)) return;
+  wait_available(n.claim_word());
+  if (is_done(n)) return;
+  if (std::exception_ptr e = with_error_slot(n, [](std::exception_ptr& slot) { return slot; }))
+    std::rethrow_exception(e);
+  throw RuntimeError::of("eval", "an input's GPU work failed; evaluate it again");
 }
 
 void publish(ArrayNode& n, bool keep_graph) {
@@ -154,6 +297,7 @@ void publish(ArrayNode& n, bool keep_graph) {
   {
     std::lock_guard lock(n.lock);
     n.state.store(NodeState::available, std::memory_order_release);
+    n.async_error = nullptr;
     if (!keep_graph) {  // detach: the values are here, the graph that made them can go
       inputs.swap(n.inputs);
       primitive.swap(n.primitive);
@@ -166,9 +310,11 @@ void publish(ArrayNode& n, bool keep_graph) {
 void run_node(const std::shared_ptr<ArrayNode>& node) {
   for (;;) {
     std::atomic<NodeState>& word = node->claim_word();
-    if (word.load(std::memory_order_acquire) == NodeState::available || is_done(*node)) return;
+    const NodeState now = word.load(std::memory_order_acquire);
+    if (now == NodeState::available || now == NodeState::submitted || is_done(*node)) return;
     NodeState expected = NodeState::unevaluated;
     if (!word.compare_exchange_strong(expected, NodeState::running, std::memory_order_acq_rel)) {
+      if (expected == NodeState::submitted) return;  // GPU readers take it as is; CPU ones wait
       // A sibling of an output this thread recorded on the GPU: computed by the same kernel, and
       // published with it when the recording is submitted.
       if (node->group &&
@@ -177,6 +323,8 @@ void run_node(const std::shared_ptr<ArrayNode>& node) {
       flush_gpu();           // the other thread may be waiting for nodes this one recorded
       wait_available(word);  // another thread is computing it
       if (is_done(*node)) return;
+      // It failed there. Work submitted without a wait keeps its error for a waiter: this one.
+      if (std::exception_ptr e = take_async_error(*node)) std::rethrow_exception(e);
       continue;
     }
     Array self(node);
@@ -191,6 +339,7 @@ void run_node(const std::shared_ptr<ArrayNode>& node) {
       if (on_gpu) {
         primitive->eval_gpu(node->inputs, outputs);
       } else {
+        for (const Array& in : node->inputs) wait_for_host(in.node());
         if (gpu::has_pending() || !tls_deferred.empty())
           for (const Array& in : node->inputs)
             if (!in.node().buffer->on_host()) {
@@ -261,17 +410,52 @@ TraceScope::~TraceScope() { --tls_trace_depth; }
 
 }  // namespace detail
 
-void eval(std::span<const Array> arrays) {
-  auto tape = detail::build_tape(arrays);
+namespace detail {
+namespace {
+
+// An error kept by work in flight that failed, for one of `arrays`: thrown here, once.
+void report_async_errors(std::span<const Array> arrays) {
+  for (const Array& a : arrays)
+    if (a.valid() && !is_done(a.node()))
+      if (std::exception_ptr e = take_async_error(a.node())) std::rethrow_exception(e);
+}
+
+void run_tape(std::span<const Array> arrays, void (*flush)()) {
+  auto tape = build_tape(arrays);
   try {
     for (auto& node : tape) {
-      detail::run_node(node);
+      run_node(node);
       node.reset();  // consumers hold it now; once they have run, its buffer can be reused
     }
-    detail::flush_gpu();
+    flush();
   } catch (...) {
-    detail::abandon_gpu();
+    abandon_gpu();
     throw;
+  }
+}
+
+}  // namespace
+
+size_t gpu_work_in_flight() { return in_flight().size.load(std::memory_order_acquire); }
+
+void eval_nowait(std::span<const Array> arrays) { run_tape(arrays, flush_gpu_nowait); }
+
+}  // namespace detail
+
+void eval(std::span<const Array> arrays) {
+  detail::report_async_errors(arrays);
+  for (;;) {
+    detail::run_tape(arrays, detail::flush_gpu);
+    // Arrays whose work was submitted without a wait: complete it. Should it fail, its nodes are
+    // unevaluated again: report the error it kept, or compute them here.
+    bool failed = false;
+    for (const Array& a : arrays) {
+      if (!a.valid() || detail::is_done(a.node())) continue;
+      detail::wait_available(a.node().claim_word());
+      failed = failed || !detail::is_done(a.node());
+    }
+    if (!failed) return;
+    detail::report_async_errors(arrays);
   }
 }
 

@@ -493,14 +493,23 @@ void Context::fail(VkResult r, const char* what) {
 uint64_t Context::submit(VkCommandBuffer cmd) {
   check_usable();
   std::lock_guard lock(queue_mutex_);
-  const uint64_t value = timeline_value_ + 1;
+  const uint64_t value = timeline_value_ + 1, previous = timeline_value_;
   VkTimelineSemaphoreSubmitInfo timeline{};
   timeline.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO;
   timeline.signalSemaphoreValueCount = 1;
   timeline.pSignalSemaphoreValues = &value;
+  // The wait orders this batch after the previous one and makes its writes visible here (a signal
+  // makes a batch's writes available; a wait makes them visible to the commands after it).
+  const VkPipelineStageFlags wait_stages =
+      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+  timeline.waitSemaphoreValueCount = 1;
+  timeline.pWaitSemaphoreValues = &previous;
   VkSubmitInfo info{};
   info.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
   info.pNext = &timeline;
+  info.waitSemaphoreCount = 1;
+  info.pWaitSemaphores = &timeline_;
+  info.pWaitDstStageMask = &wait_stages;
   info.commandBufferCount = 1;
   info.pCommandBuffers = &cmd;
   info.signalSemaphoreCount = 1;
@@ -519,6 +528,12 @@ void Context::wait(uint64_t value) {
   info.pSemaphores = &timeline_;
   info.pValues = &value;
   fail(api_->vkWaitSemaphores(device_, &info, UINT64_MAX), "vkWaitSemaphores");
+}
+
+bool Context::reached(uint64_t value) {
+  uint64_t now = 0;
+  fail(api_->vkGetSemaphoreCounterValue(device_, timeline_, &now), "vkGetSemaphoreCounterValue");
+  return now >= value;
 }
 
 std::unique_ptr<Frame> Context::acquire_frame() {

@@ -127,9 +127,13 @@ class Context {
 
   /// Submits a recorded command buffer (queue mutex held), signalling the timeline semaphore with
   /// a new value, which it returns. Throws DeviceError if the submit fails or the device is lost.
+  /// Each submit first waits on the timeline for the one before: a command buffer may read what
+  /// an earlier one, submitted without waiting (async_eval), is still writing.
   uint64_t submit(VkCommandBuffer cmd);
   /// Blocks until the timeline reaches `value`. Throws DeviceError if the device is lost.
   void wait(uint64_t value);
+  /// Whether the timeline has reached `value` (never blocks). Throws DeviceError if the device is lost.
+  bool reached(uint64_t value);
   /// Throws DeviceError if the device was lost earlier.
   void check_usable() const;
   bool lost() const { return lost_.load(); }

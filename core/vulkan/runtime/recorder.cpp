@@ -308,11 +308,16 @@ std::shared_ptr<const CapturedCommands> Recorder::finish_capture() {
 }
 
 void Recorder::submit_and_wait() {
-  if (!recording_) return;
+  if (std::unique_ptr<Submission> s = submit()) s->wait();
+}
+
+std::unique_ptr<Submission> Recorder::submit() {
+  if (!recording_) return nullptr;
   if (mode_ != Mode::submit)
     throw NotImplemented::of("vulkan capture",
                              "the captured work needs a submit before it ends (a host read)");
-  // Whatever happens below, the recording is spent: reset() runs on every path.
+  // Whatever happens below, the recording is spent: reset() runs on every path, and releases the
+  // frame when the submit failed (it then holds nothing the queue will run).
   struct ResetOnExit {
     Recorder& r;
     ~ResetOnExit() { r.reset(); }
@@ -320,10 +325,58 @@ void Recorder::submit_and_wait() {
   recording_ = false;
   check(ctx_.api().vkEndCommandBuffer(frame_->cmd), "vkEndCommandBuffer");
   const uint64_t value = ctx_.submit(frame_->cmd);
-  ctx_.wait(value);
-  collect_timings();
+  auto submitted = std::make_unique<Submission>(ctx_, value, std::move(frame_), std::move(keep_alive_),
+                                                std::move(executed_));
+  if (timing_) {
+    submitted->wait();
+    collect_timings();
+  }
   // New pipelines reach the disk after the first evaluation that used them.
   ctx_.pipelines().save();
+  return submitted;
+}
+
+Submission::Submission(Context& ctx, uint64_t value, std::unique_ptr<Frame> frame,
+                       std::vector<BufferPtr> buffers,
+                       std::vector<std::shared_ptr<const CapturedCommands>> executed)
+    : ctx_(ctx),
+      value_(value),
+      frame_(std::move(frame)),
+      buffers_(std::move(buffers)),
+      executed_(std::move(executed)) {}
+
+Submission::~Submission() {
+  if (!frame_) return;
+  try {
+    ctx_.wait(value_);
+  } catch (...) {
+    // Reported by wait(), when someone calls it; a lost device has stopped the work anyway.
+  }
+  release();
+}
+
+bool Submission::done() {
+  if (!frame_) return true;
+  if (!ctx_.reached(value_)) return false;
+  release();
+  return true;
+}
+
+void Submission::wait() {
+  if (!frame_) return;
+  // On a device error the work is dropped all the same: a lost device runs nothing more.
+  struct ReleaseOnExit {
+    Submission& s;
+    ~ReleaseOnExit() { s.release(); }
+  } release_on_exit{*this};
+  ctx_.wait(value_);
+}
+
+void Submission::release() noexcept {
+  if (!frame_) return;
+  ctx_.release_frame(std::move(frame_));
+  buffers_.clear();
+  executed_.clear();
 }
 
 }  // namespace kiln::detail::vk

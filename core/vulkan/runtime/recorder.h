@@ -64,6 +64,30 @@ class CapturedCommands {
   size_t commands_;
 };
 
+/// Work handed to the queue by Recorder::submit and not yet known to be complete. It holds the
+/// command buffer and every buffer and program the work uses until then; the destructor waits for
+/// it (a device error there is dropped: wait() is where it is reported).
+class Submission {
+ public:
+  Submission(Context& ctx, uint64_t value, std::unique_ptr<Frame> frame, std::vector<BufferPtr> buffers,
+             std::vector<std::shared_ptr<const CapturedCommands>> executed);
+  ~Submission();
+  Submission(const Submission&) = delete;
+  Submission& operator=(const Submission&) = delete;
+  /// Whether the work has completed (never blocks). Throws DeviceError if the device was lost.
+  bool done();
+  /// Blocks until the work has completed, then lets go of what it used. Throws DeviceError.
+  void wait();
+
+ private:
+  void release() noexcept;
+  Context& ctx_;
+  uint64_t value_;
+  std::unique_ptr<Frame> frame_;  // null once released
+  std::vector<BufferPtr> buffers_;
+  std::vector<std::shared_ptr<const CapturedCommands>> executed_;
+};
+
 class Recorder {
  public:
   /// submit: a primary command buffer, submitted by submit_and_wait. capture: a secondary one,
@@ -105,6 +129,10 @@ class Recorder {
   /// empty and may record again. Throws DeviceError (out of memory, device lost, failed submit);
   /// the recorded work is then dropped.
   void submit_and_wait();
+  /// Submits everything recorded without waiting: the returned Submission completes it (null when
+  /// nothing was recorded). A profiled recording (KILN_VULKAN_PROFILE=1) is waited for here, to
+  /// read its timestamps. Throws as submit_and_wait does.
+  std::unique_ptr<Submission> submit();
 
   Context& context() const { return ctx_; }
   /// Barriers recorded since construction (for tests of the hazard tracking).
