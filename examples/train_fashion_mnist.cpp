@@ -51,10 +51,17 @@ struct Settings {
   bool compiled = false;  // replay one compiled step (optim::CompiledStep)
 };
 
-// uint8 images -> float32, normalized; runs on the loader's prefetch thread, off the training path.
+// uint8 images -> float32, normalized; runs on the loader's prefetch thread, off the training path,
+// and on the host (as a PyTorch DataLoader's workers do): the step uploads the float batch. On the
+// GPU the prefetch thread would wait for the GPU queue once per batch while the training loop waits
+// for its loss, and NVIDIA's driver (580) wakes one of two threads blocked on a timeline semaphore
+// up to 1.5 ms late: on the H200 that made --compiled take 6-7 ms a step instead of 1 (issue 10).
 io::BatchTransform normalize_images() {
   return [](std::vector<Array> fields) {
-    fields[0] = (kiln::astype(fields[0], kiln::float32) * (1.0 / 255.0) - kPixelMean) * (1.0 / kPixelStd);
+    const kiln::Device host = kiln::Device::cpu;
+    const Array pixels = kiln::astype(fields[0], kiln::float32, host);
+    fields[0] = kiln::multiply(kiln::subtract(kiln::multiply(pixels, 1.0 / 255.0, host), kPixelMean, host),
+                               1.0 / kPixelStd, host);
     return fields;
   };
 }
@@ -119,8 +126,7 @@ int train(Model& model, const io::Mnist& train_set, const io::Mnist& test_set, c
   };
   // By default each step's graph is built anew (eager). --compiled runs the step compiled whole
   // (loss, gradients, Adam: optim::CompiledStep), traced once and on the GPU captured once and
-  // replayed. On the H200 that is slower in this loop today although each step's GPU time is lower
-  // (docs/gpu.md), so it is not the default yet.
+  // replayed.
   auto eager_step = nn::value_and_grad(model, loss_of);
   kiln::optim::CompiledStep compiled_step(model, opt,
                                           [&](const std::vector<Array>& b) { return loss_of(b[0], b[1]); });
@@ -195,6 +201,10 @@ int train(Model& model, const io::Mnist& train_set, const io::Mnist& test_set, c
     if (s.bench) {
       // Machine-readable for bench/epoch_vs_pytorch.py: training only, no evaluation, no files.
       fmt::print("epoch_seconds {} {:.4f}\n", e + 1, epoch_seconds);
+      // The compiled step's counts, so a run shows that nothing was traced or captured again.
+      if (const auto& fn = compiled_step.compiled())
+        fmt::print("compiled_counts traces {} compiles {} captures {}\n", fn->trace_count(),
+                   fn->compile_count(), fn->capture_count());
       std::fflush(stdout);
       continue;
     }

@@ -13,9 +13,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kiln/core/cpu/copy.h"
 #include "kiln/core/transforms/capture.h"
 #include "kiln/core/transforms/compiled_graph.h"
 #include "kiln/core/transforms/trace.h"
+#include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
 namespace detail {
@@ -281,11 +283,70 @@ struct CompileState {
   }
 };
 
+// A row-major copy, at its buffer's start, of a GPU array that is a strided view or starts inside
+// its buffer, so that call_into can copy it out whole.
+class DenseGpuCopy final : public PrimitiveWithParams<DenseGpuCopy> {
+ public:
+  using PrimitiveWithParams::PrimitiveWithParams;
+  const char* name() const override { return "DenseGpuCopy"; }
+  auto params() const { return std::tuple<>(); }
+  void eval_cpu(std::span<const Array>, std::span<Array>) const override {
+    throw RuntimeError::of("call_into", "a GPU copy was evaluated on the CPU");
+  }
+  void eval_gpu(std::span<const Array> inputs, std::span<Array> outputs) const override {
+    gpu::copy(inputs[0], outputs[0]);
+  }
+};
+
+// Writes the values of the evaluated array `a` into `out` (checked to hold a.nbytes() bytes of its
+// dtype). Host values are copied from where they are; device values are downloaded into `out`
+// directly: reading them through the array would first make a host copy of its buffer.
+void copy_out(Array a, const OutputSpan& out) {
+  if (a.size() == 0) return;
+  const ArrayNode& n = a.node();
+  if (n.buffer->on_host()) {
+    copy_strided(a.raw_data(), a.dtype(), a.strides(), out.data(), a.dtype(), row_major_strides(a.shape()),
+                 a.shape());
+    return;
+  }
+  if (!a.row_contiguous() || n.offset != 0) {
+    a = Array::make(a.shape(), a.dtype(), std::make_shared<DenseGpuCopy>(default_stream(Device::gpu)), {a});
+    eval({a});
+  }
+  gpu::download(*a.node().buffer->device(), out.data(), static_cast<size_t>(a.nbytes()));
+}
+
 }  // namespace detail
 
 std::vector<Array> CompiledFunction::operator()(const std::vector<Array>& inputs) const {
   return state_->call(inputs);
 }
+
+void CompiledFunction::call_into(const std::vector<Array>& inputs,
+                                 std::span<const OutputSpan> outputs) const {
+  constexpr const char* op = "call_into";
+  const std::vector<Array> results = state_->call(inputs);
+  // Shapes and dtypes are known before evaluation: a mismatch writes nothing.
+  if (outputs.size() != results.size())
+    throw ValueError::of(op, "one output span per output needed", "{} spans for {} outputs", outputs.size(),
+                         results.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Array& r = results[i];
+    if (outputs[i].dtype() != r.dtype())
+      throw DtypeError::of(op, "an output span's dtype differs from its output's",
+                           "output {}: span {}, output {}", i, dtype_name(outputs[i].dtype()),
+                           dtype_name(r.dtype()));
+    if (outputs[i].bytes() != static_cast<size_t>(r.nbytes()))
+      throw ValueError::of(op, "an output span's size differs from its output's",
+                           "output {} of shape {} ({}) needs {} bytes, the span has {}", i,
+                           shape_str(r.shape()), dtype_name(r.dtype()), r.nbytes(), outputs[i].bytes());
+    if (outputs[i].data() == nullptr && r.size() > 0)
+      throw ValueError::of(op, "an output span has no memory", "output {}", i);
+  }
+  eval(results);
+  for (size_t i = 0; i < results.size(); ++i) detail::copy_out(results[i], outputs[i]);
+}
+
 int64_t CompiledFunction::trace_count() const { return state_->traces.load(); }
 int64_t CompiledFunction::compile_count() const { return state_->compiles.load(); }
 int64_t CompiledFunction::capture_count() const { return state_->captures.load(); }
