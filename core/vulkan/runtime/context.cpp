@@ -527,7 +527,15 @@ void Context::wait(uint64_t value) {
   info.semaphoreCount = 1;
   info.pSemaphores = &timeline_;
   info.pValues = &value;
-  fail(api_->vkWaitSemaphores(device_, &info, UINT64_MAX), "vkWaitSemaphores");
+  // In short slices, each checking the value again: NVIDIA's driver (580) can return up to 1.5 ms
+  // after the value is reached when another thread waits on or submits to the same timeline (the
+  // loader's prefetch thread and the training loop, say). A missed wake-up then costs one slice.
+  constexpr uint64_t kSliceNs = 50'000;
+  for (;;) {
+    const VkResult r = api_->vkWaitSemaphores(device_, &info, kSliceNs);
+    if (r == VK_SUCCESS) return;
+    if (r != VK_TIMEOUT) fail(r, "vkWaitSemaphores");
+  }
 }
 
 bool Context::reached(uint64_t value) {
