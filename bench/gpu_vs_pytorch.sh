@@ -4,7 +4,8 @@
 # Fashion-MNIST files into one xz archive under .gpu_carry/ (ignored by git; one big dictionary, so
 # the binaries' common code is stored once), beside Debian's Vulkan loader (the device tool's
 # recipe). On the device it runs the Vulkan tests, the table of kiln beside PyTorch on the same GPU
-# (bench/gpu_vs_pytorch.py) and training on the GPU through the examples.
+# (bench/gpu_vs_pytorch.py) with the synchronous vs asynchronous training loops
+# (bench/core/async_loop_bench.cpp), and training on the GPU through the examples.
 #   bench/gpu_vs_pytorch.sh prepare             # here
 #   bench/gpu_vs_pytorch.sh device [parts...]   # there; parts: tests table train (default: all)
 set -euo pipefail
@@ -15,19 +16,20 @@ tests=(vulkan_runtime_test vulkan_kernels_test elementwise_kernel_test glsl_comp
   gpu_elementwise_test gpu_reduce_test gpu_index_test gpu_linalg_test gpu_random_test gpu_compile_test
   gpu_scan_test gpu_sort_test gpu_gather_test gpu_conv_test gpu_pool_test gpu_float64_math_test
   gpu_matmul_half_test gpu_norm_test gpu_training_memory_test gpu_capture_test gpu_attention_test
-  gpu_arange_test gpu_masked_grad_test)
+  gpu_arange_test gpu_masked_grad_test gpu_transfer_counter_test gpu_async_test)
 
 case "${1:-}" in
   prepare)
     cmake --preset release -DKILN_BENCH=ON >/dev/null
-    cmake --build "$build" -j "$(nproc)" --target gpu_bench train_fashion_mnist train_char_gpt "${tests[@]}"
+    cmake --build "$build" -j "$(nproc)" --target gpu_bench async_loop_bench train_fashion_mnist train_char_gpt \
+      "${tests[@]}"
     # Two archives: the binaries (packed again each time) and the libraries and data (kept when
     # present; `rm -rf .gpu_carry` to rebuild them). One big dictionary stores the binaries' common
     # code once.
     stage=$(mktemp -d)
     mkdir -p "$carry/gl" "$stage/bin" "$stage/lib" "$stage/data"
     for t in "${tests[@]}"; do strip -o "$stage/bin/$t" "$build/tests/vulkan/$t"; done
-    strip -o "$stage/bin/gpu_bench" "$build/bench/gpu_bench"
+    for b in gpu_bench async_loop_bench; do strip -o "$stage/bin/$b" "$build/bench/$b"; done
     for e in train_fashion_mnist train_char_gpt; do strip -o "$stage/bin/$e" "$build/examples/$e"; done
     tar cf - -C "$stage" bin | xz -T1 --lzma2=preset=6,dict=256MiB >"$carry/bin.tar.xz"
     if [ ! -f "$carry/base.tar.xz" ]; then
@@ -87,12 +89,23 @@ case "${1:-}" in
           ;;
         table)
           python3 bench/gpu_vs_pytorch.py --kiln "$k/bin/gpu_bench" | tee "$out/table.txt" || echo "table failed"
+          # Issue 10: synchronous vs asynchronous training loops (steps/s, bytes moved per step).
+          KILN_BENCH_DEVICE=gpu timeout 300 "$k/bin/async_loop_bench" --benchmark_min_time=1 \
+            --benchmark_out="$out/async_loop.json" --benchmark_out_format=json 2>&1 |
+            tee "$out/async_loop.txt" || echo "async_loop_bench failed"
           ;;
         train)
           export KILN_DEVICE=gpu
           (cd /tmp && time "$k/bin/train_fashion_mnist" --model mlp --epochs 2 --data "$k/data" --out /tmp/fm) || true
           (cd /tmp && time "$k/bin/train_fashion_mnist" --model cnn --epochs 1 --data "$k/data" --out /tmp/fm-cnn) || true
           cp /tmp/fm/metrics.csv "$out/fashion_mnist_metrics.csv" || true
+          # Issue 10: seconds per epoch of the MLP, eager or compiled, overlapped (async) or --sync.
+          for flags in "" "--sync" "--compiled" "--compiled --sync"; do
+            echo "train_fashion_mnist --model mlp --bench $flags"
+            # shellcheck disable=SC2086
+            (cd /tmp && timeout 120 "$k/bin/train_fashion_mnist" --model mlp --epochs 3 --data "$k/data" --bench $flags) ||
+              true
+          done
           (cd /tmp && time "$k/bin/train_char_gpt" --text "$k/data/GPL-3" --out /tmp/gpt --steps 300 \
             --eval-every 100) || true
           ;;

@@ -111,6 +111,8 @@ MemoryStats memory_stats() {
   s.device_peak_bytes = d.peak_bytes;
   s.device_cache_bytes = d.cache_bytes;
   s.device_reserved_bytes = d.reserved_bytes;
+  s.host_to_device_bytes = d.host_to_device_bytes;
+  s.device_to_host_bytes = d.device_to_host_bytes;
   return s;
 }
 void reset_peak_memory() {

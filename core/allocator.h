@@ -17,6 +17,12 @@ struct MemoryStats {
   size_t device_peak_bytes = 0;      ///< the most device_active_bytes has been since the last reset
   size_t device_cache_bytes = 0;     ///< bytes of freed device blocks kept for reuse
   size_t device_reserved_bytes = 0;  ///< device memory held from the driver (chunks, big buffers)
+  // Cumulative since process start (never reset): bytes of array data copied between host memory
+  // and the GPU, each copy counted once where its bytes cross (a memcpy into mapped device or
+  // upload memory, a copy through staging). A training step on the GPU should move only its batch
+  // and a few scalars up and its loss down.
+  size_t host_to_device_bytes = 0;  ///< host arrays uploaded (a first GPU use of a host array)
+  size_t device_to_host_bytes = 0;  ///< GPU results read on the host (a first host read)
 };
 
 /// Current allocator statistics, host and device (thread-safe; never starts a GPU).

@@ -106,9 +106,11 @@ std::shared_ptr<detail::vk::DeviceBuffer> upload(const void* src, size_t bytes);
 /// Copies `bytes` of a device buffer to host memory (for Buffer::ptr()).
 void download(const detail::vk::DeviceBuffer& src, void* dst, size_t bytes);
 
-/// Device memory counters, zeros when no GPU context exists yet (never creates one).
+/// Device memory counters, zeros when no GPU context exists yet (never creates one). The last two
+/// are cumulative: array bytes copied host to device and device to host since process start.
 struct MemoryCounters {
   size_t active_bytes = 0, peak_bytes = 0, cache_bytes = 0, reserved_bytes = 0;
+  size_t host_to_device_bytes = 0, device_to_host_bytes = 0;
 };
 MemoryCounters memory_counters() noexcept;
 void reset_peak_memory() noexcept;

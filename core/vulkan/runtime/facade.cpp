@@ -258,6 +258,7 @@ std::shared_ptr<detail::vk::DeviceBuffer> upload(const void* src, size_t bytes) 
   if (!ctx.allocator().mapped() && size <= vk::DeviceAllocator::kMaxPooledBytes) {
     vk::BufferPtr b = ctx.upload_allocator().allocate(size);
     std::memcpy(b->mapped(), src, bytes);
+    vk::count_host_to_device(bytes);
     return b;
   }
   vk::BufferPtr b = ctx.allocator().allocate(size);
@@ -282,8 +283,9 @@ MemoryCounters memory_counters() noexcept {
   // Device memory and upload memory together (the peak is the sum of each one's peak: a bound).
   auto& c = *const_cast<vk::Context*>(ctx);
   const vk::MemoryCounters d = c.allocator().counters(), u = c.upload_allocator().counters();
-  return {d.active_bytes + u.active_bytes, d.peak_bytes + u.peak_bytes, d.cache_bytes + u.cache_bytes,
-          d.reserved_bytes + u.reserved_bytes};
+  const vk::TransferCounters t = vk::transfer_counters();
+  return {d.active_bytes + u.active_bytes,     d.peak_bytes + u.peak_bytes, d.cache_bytes + u.cache_bytes,
+          d.reserved_bytes + u.reserved_bytes, t.host_to_device_bytes,      t.device_to_host_bytes};
 }
 
 void reset_peak_memory() noexcept {

@@ -291,6 +291,21 @@ void DeviceAllocator::clear_cache() {
 }
 
 namespace {
+// Relaxed: each is a sum read by statistics, ordered with nothing else.
+std::atomic<size_t> host_to_device_bytes{0};
+std::atomic<size_t> device_to_host_bytes{0};
+}  // namespace
+
+TransferCounters transfer_counters() noexcept {
+  return {host_to_device_bytes.load(std::memory_order_relaxed),
+          device_to_host_bytes.load(std::memory_order_relaxed)};
+}
+
+void count_host_to_device(size_t bytes) noexcept {
+  host_to_device_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+namespace {
 void check_range(const BufferPtr& b, size_t offset, size_t bytes, const char* op) {
   if (!b) throw ValueError::of(op, "no buffer");
   if (offset > b->capacity() || bytes > b->capacity() - offset)
@@ -304,6 +319,7 @@ void upload(Context& ctx, const BufferPtr& dst, const void* src, size_t bytes, s
   if (bytes == 0) return;
   if (dst->mapped()) {
     std::memcpy(dst->mapped() + dst_offset, src, bytes);
+    count_host_to_device(bytes);
     return;
   }
   BufferPtr staging = ctx.staging_allocator().allocate(bytes);
@@ -311,6 +327,7 @@ void upload(Context& ctx, const BufferPtr& dst, const void* src, size_t bytes, s
   Recorder r(ctx);
   r.copy(staging, 0, dst, dst_offset, bytes);
   r.submit_and_wait();
+  count_host_to_device(bytes);
 }
 
 void readback(Context& ctx, const BufferPtr& src, void* dst, size_t bytes, size_t src_offset) {
@@ -318,13 +335,14 @@ void readback(Context& ctx, const BufferPtr& src, void* dst, size_t bytes, size_
   if (bytes == 0) return;
   if (src->mapped()) {
     std::memcpy(dst, src->mapped() + src_offset, bytes);
-    return;
+  } else {
+    BufferPtr staging = ctx.staging_allocator().allocate(bytes);
+    Recorder r(ctx);
+    r.copy(src, src_offset, staging, 0, bytes);
+    r.submit_and_wait();
+    std::memcpy(dst, staging->mapped(), bytes);
   }
-  BufferPtr staging = ctx.staging_allocator().allocate(bytes);
-  Recorder r(ctx);
-  r.copy(src, src_offset, staging, 0, bytes);
-  r.submit_and_wait();
-  std::memcpy(dst, staging->mapped(), bytes);
+  device_to_host_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 }  // namespace kiln::detail::vk

@@ -137,6 +137,20 @@ class DeviceAllocator {
   MemoryCounters counters_;
 };
 
+/// Bytes copied between host memory and the device since process start, by upload() and
+/// readback() and by the facade's writes into upload memory (kiln::MemoryStats's
+/// host_to_device_bytes, device_to_host_bytes). A copy through staging counts once. Kernel
+/// parameters written into buffers (an elementwise kernel's long shapes and strides) are not
+/// array bytes and are not counted.
+struct TransferCounters {
+  size_t host_to_device_bytes = 0;
+  size_t device_to_host_bytes = 0;
+};
+TransferCounters transfer_counters() noexcept;
+/// Adds `bytes` to host_to_device_bytes: for a memcpy of array bytes into mapped device memory
+/// made outside upload() (gpu::upload's upload-memory path).
+void count_host_to_device(size_t bytes) noexcept;
+
 /// Copies `bytes` host bytes into `dst` at `dst_offset`: a memcpy when the block is mapped, else
 /// through a staging block and a copy on the queue. Waits until done. Throws DeviceError.
 void upload(Context& ctx, const BufferPtr& dst, const void* src, size_t bytes, size_t dst_offset = 0);
