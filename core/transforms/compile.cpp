@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "kiln/core/cpu/copy.h"
+#include "kiln/core/ops/cast.h"
 #include "kiln/core/transforms/capture.h"
 #include "kiln/core/transforms/compiled_graph.h"
 #include "kiln/core/transforms/trace.h"
@@ -283,37 +284,23 @@ struct CompileState {
   }
 };
 
-// A row-major copy, at its buffer's start, of a GPU array that is a strided view or starts inside
-// its buffer, so that call_into can copy it out whole.
-class DenseGpuCopy final : public PrimitiveWithParams<DenseGpuCopy> {
- public:
-  using PrimitiveWithParams::PrimitiveWithParams;
-  const char* name() const override { return "DenseGpuCopy"; }
-  auto params() const { return std::tuple<>(); }
-  void eval_cpu(std::span<const Array>, std::span<Array>) const override {
-    throw RuntimeError::of("call_into", "a GPU copy was evaluated on the CPU");
-  }
-  void eval_gpu(std::span<const Array> inputs, std::span<Array> outputs) const override {
-    gpu::copy(inputs[0], outputs[0]);
-  }
-};
-
 // Writes the values of the evaluated array `a` into `out` (checked to hold a.nbytes() bytes of its
 // dtype). Host values are copied from where they are; device values are downloaded into `out`
 // directly: reading them through the array would first make a host copy of its buffer.
 void copy_out(Array a, const OutputSpan& out) {
   if (a.size() == 0) return;
-  const ArrayNode& n = a.node();
-  if (n.buffer->on_host()) {
+  if (a.node().buffer->on_host()) {
     copy_strided(a.raw_data(), a.dtype(), a.strides(), out.data(), a.dtype(), row_major_strides(a.shape()),
                  a.shape());
     return;
   }
-  if (!a.row_contiguous() || n.offset != 0) {
-    a = Array::make(a.shape(), a.dtype(), std::make_shared<DenseGpuCopy>(default_stream(Device::gpu)), {a});
+  if (!a.row_contiguous()) {  // a strided view: made dense on the device first
+    a = contiguous(a, Device::gpu);
     eval({a});
   }
-  gpu::download(*a.node().buffer->device(), out.data(), static_cast<size_t>(a.nbytes()));
+  const size_t item = static_cast<size_t>(size_of(a.dtype()));
+  gpu::download(*a.node().buffer->device(), out.data(), static_cast<size_t>(a.size()) * item,
+                static_cast<size_t>(a.node().offset) * item);
 }
 
 }  // namespace detail

@@ -103,8 +103,9 @@ void discard_pending() noexcept;
 
 /// A device copy of `bytes` host bytes (for Buffer::device()).
 std::shared_ptr<detail::vk::DeviceBuffer> upload(const void* src, size_t bytes);
-/// Copies `bytes` of a device buffer to host memory (for Buffer::ptr()).
-void download(const detail::vk::DeviceBuffer& src, void* dst, size_t bytes);
+/// Copies `bytes` of a device buffer, from byte `offset` on, to host memory (for Buffer::ptr(),
+/// and CompiledFunction::call_into's outputs).
+void download(const detail::vk::DeviceBuffer& src, void* dst, size_t bytes, size_t offset = 0);
 
 /// Device memory counters, zeros when no GPU context exists yet (never creates one). The last two
 /// are cumulative: array bytes copied host to device and device to host since process start.

@@ -33,7 +33,7 @@ void submit_pending() {}
 void discard_pending() noexcept {}
 
 std::shared_ptr<detail::vk::DeviceBuffer> upload(const void*, size_t) { no_gpu("gpu upload"); }
-void download(const detail::vk::DeviceBuffer&, void*, size_t) { no_gpu("gpu download"); }
+void download(const detail::vk::DeviceBuffer&, void*, size_t, size_t) { no_gpu("gpu download"); }
 
 MemoryCounters memory_counters() noexcept { return {}; }
 void reset_peak_memory() noexcept {}

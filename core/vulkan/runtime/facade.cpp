@@ -266,7 +266,7 @@ std::shared_ptr<detail::vk::DeviceBuffer> upload(const void* src, size_t bytes) 
   return b;
 }
 
-void download(const detail::vk::DeviceBuffer& src, void* dst, size_t bytes) {
+void download(const detail::vk::DeviceBuffer& src, void* dst, size_t bytes, size_t offset) {
   // A captured recording has not run: what a host read would see is not the value it means.
   if (capturing())
     throw NotImplemented::of("gpu capture", "the graph reads GPU values on the host while captured");
@@ -274,7 +274,7 @@ void download(const detail::vk::DeviceBuffer& src, void* dst, size_t bytes) {
   // readback() takes shared ownership for the recorder's keep-alive; the caller holds the buffer
   // for the whole call, so an aliasing pointer that owns nothing is enough.
   const vk::BufferPtr alias(vk::BufferPtr{}, const_cast<vk::DeviceBuffer*>(&src));
-  vk::readback(ctx, alias, dst, bytes);
+  vk::readback(ctx, alias, dst, bytes, offset);
 }
 
 MemoryCounters memory_counters() noexcept {

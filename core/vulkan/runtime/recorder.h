@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/core/vulkan/gpu_async.h"
 #include "kiln/core/vulkan/runtime/memory.h"
 
 namespace kiln::detail::vk {
@@ -64,20 +65,21 @@ class CapturedCommands {
   size_t commands_;
 };
 
-/// Work handed to the queue by Recorder::submit and not yet known to be complete. It holds the
-/// command buffer and every buffer and program the work uses until then; the destructor waits for
-/// it (a device error there is dropped: wait() is where it is reported).
-class Submission {
+/// Work handed to the queue by Recorder::submit and not yet known to be complete (the facade's
+/// gpu::PendingWork). It holds the command buffer and every buffer and program the work uses until
+/// then; the destructor waits for it (a device error there is dropped: wait() is where it is
+/// reported).
+class Submission final : public gpu::PendingWork {
  public:
   Submission(Context& ctx, uint64_t value, std::unique_ptr<Frame> frame, std::vector<BufferPtr> buffers,
              std::vector<std::shared_ptr<const CapturedCommands>> executed);
-  ~Submission();
+  ~Submission() override;
   Submission(const Submission&) = delete;
   Submission& operator=(const Submission&) = delete;
   /// Whether the work has completed (never blocks). Throws DeviceError if the device was lost.
-  bool done();
+  bool done() override;
   /// Blocks until the work has completed, then lets go of what it used. Throws DeviceError.
-  void wait();
+  void wait() override;
 
  private:
   void release() noexcept;
