@@ -17,7 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/vulkan/runtime/context.h"
+#include "kiln/core/vulkan/runtime/elementwise.h"
+#include "kiln/core/vulkan/runtime/memory.h"
 #include "kiln/core/vulkan/runtime/profile.h"
+#include "kiln/core/vulkan/runtime/recorder.h"
 
 namespace {
 
@@ -170,6 +174,42 @@ void BM_gpu_chain_1000(benchmark::State& st) {
       benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
+// The same 1000 dependent dispatches recorded through the runtime directly (vk::Recorder, the
+// elementwise kernel y = x * 0.999 + 0.001 on 1024 floats, a ring of three buffers), without kiln's
+// graph: what a replayed recording costs per primitive (recording + GPU), the floor under
+// BM_gpu_chain_1000. With st.range(0) = 0 the dispatches are independent instead (each reads one
+// input and writes the next of 64 buffers, so a barrier every 64): the cost of the barriers.
+void BM_gpu_recorder_chain_1000(benchmark::State& st) {
+  if (!use_gpu(st)) return;
+  namespace vk = kiln::detail::vk;
+  vk::Context& ctx = vk::context();
+  const int64_t n = 1024;
+  const bool dependent = st.range(0) != 0;
+  std::vector<vk::BufferPtr> ring(dependent ? 3 : 65);
+  for (auto& b : ring) b = ctx.allocator().allocate(n * 4);
+  const size_t outs = ring.size() - (dependent ? 0 : 1);
+  const vk::ElementwiseKernel step{.inputs = {kiln::float32},
+                                   .compute = kiln::float32,
+                                   .out = kiln::float32,
+                                   .expr = "x0 * 0.999 + 0.001"};
+  auto chain = [&] {
+    vk::Recorder r(ctx);
+    for (int i = 0; i < 1000; ++i) {
+      const size_t from = dependent ? i % outs : outs, to = dependent ? (i + 1) % outs : i % outs;
+      const vk::GpuView in = vk::GpuView::contiguous(ring[from], kiln::float32, {n});
+      vk::record_elementwise(r, step, std::span<const vk::GpuView>(&in, 1),
+                             vk::GpuView::contiguous(ring[to], kiln::float32, {n}));
+    }
+    r.submit_and_wait();
+  };
+  chain();
+  start_gpu_time();
+  for (auto _ : st) chain();
+  report_gpu_time(st);
+  st.counters["us/op"] =
+      benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
 // The training steps, eager (every kernel recorded each step) or compiled (optim::CompiledStep:
 // loss, gradients and the optimizer's update captured once and replayed).
 // kHostBatches: a new batch of host arrays each step (8 made up front, in turn), as a data loader
@@ -214,7 +254,9 @@ void BM_gpu_mlp_adam_step(benchmark::State& st) {
     l.eval();
   };
   for (int i = 0; i < 3; ++i) one();
+  start_gpu_time();
   for (auto _ : st) one();
+  report_gpu_time(st);
 }
 
 template <bool kCompiled>
@@ -247,7 +289,9 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
     l.eval();
   };
   for (int i = 0; i < 2; ++i) one();
+  start_gpu_time();
   for (auto _ : st) one();
+  report_gpu_time(st);
 }
 
 // With KILN_GPU_BENCH_TILES=1, one BM_gpu_matmul_f16_tile/<tile>/<shape> per tensor-core tile and
@@ -309,6 +353,7 @@ BENCHMARK(BM_gpu_matmul_shape)
     ->UseRealTime();
 BENCHMARK(BM_gpu_add_1gib)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_chain_1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gpu_recorder_chain_1000)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_mlp_adam_step<false>)
     ->Name("BM_gpu_mlp_adam_step")
     ->Unit(benchmark::kMillisecond)

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <filesystem>
 #include <fstream>
@@ -93,6 +94,8 @@ TEST_F(VulkanTest, CapsAreRecorded) {
   EXPECT_GT(c.device_local_heap_size, 0u);
   if (c.is_cpu()) {
     EXPECT_TRUE(c.unified_memory) << "lavapipe's memory is the host's";
+    // Lavapipe offers VK_KHR_push_descriptor; the pool_descriptors. pass turns it off.
+    EXPECT_EQ(c.push_descriptor, !ctx().options().disable_push_descriptors);
   }
 }
 
@@ -252,6 +255,137 @@ TEST_F(VulkanTest, BarriersOnlyOnHazards) {
   r.submit_and_wait();
   EXPECT_EQ(r.pending(), 0u);
   for (const BufferPtr& b : {x, y, z, w}) EXPECT_EQ(read_vector<float>(b, n), values);
+}
+
+// y = x + 1 over n floats (a generated elementwise kernel).
+void record_add_one(Recorder& r, const BufferPtr& x, const BufferPtr& y, int64_t n) {
+  const ElementwiseKernel add_one{
+      .inputs = {float32}, .compute = float32, .out = float32, .expr = "x0 + 1.0"};
+  const GpuView in = GpuView::contiguous(x, float32, {n});
+  record_elementwise(r, add_one, std::span<const GpuView>(&in, 1), GpuView::contiguous(y, float32, {n}));
+}
+
+TEST_F(VulkanTest, BarriersNameOnlyTheStagesInvolved) {
+  // A copy reading what a dispatch wrote two barriers earlier: no hazard is left in the table, but
+  // the barriers since made that write visible to compute only, so the copy gets one of its own.
+  const int64_t n = 1024;
+  const auto values = random_floats(n, -3, 3, 11);
+  BufferPtr x = upload_vector(values);
+  BufferPtr y = ctx().allocator().allocate(n * 4), z = ctx().allocator().allocate(n * 4);
+  BufferPtr w = ctx().allocator().allocate(n * 4), v = ctx().allocator().allocate(n * 4);
+  Recorder r(ctx());
+  record_add_one(r, x, y, n);  // y = x + 1
+  record_add_one(r, y, z, n);  // barrier (compute -> compute)
+  record_add_one(r, z, w, n);  // barrier
+  EXPECT_EQ(r.barriers(), 2u);
+  r.copy(y, 0, v, 0, n * 4);  // y is not in the hazard table, but not yet visible to transfers
+  EXPECT_EQ(r.barriers(), 3u);
+  r.copy(x, 0, y, 0, n * 4);  // write after read of y by the copy above: barrier
+  EXPECT_EQ(r.barriers(), 4u);
+  r.submit_and_wait();
+  std::vector<float> plus1(values), plus3(values);
+  for (float& f : plus1) f += 1.0f;
+  for (float& f : plus3) f = f + 1.0f + 1.0f + 1.0f;
+  EXPECT_EQ(read_vector<float>(v, n), plus1);
+  EXPECT_EQ(read_vector<float>(w, n), plus3);
+  EXPECT_EQ(read_vector<float>(y, n), values);
+}
+
+// A private context whose recordings go to the queue in chunks of 16, 32, then 64 commands (a GPU's
+// default; lavapipe's is one submit per recording).
+class ChunkedSubmitTest : public VulkanTest {
+ protected:
+  void SetUp() override {
+    VulkanTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    ContextOptions o = private_options();
+    o.submit_chunk = 16;
+    own_ = Context::create(o);
+  }
+  BufferPtr upload_floats(const std::vector<float>& values) {
+    BufferPtr b = own_->allocator().allocate(values.size() * 4);
+    upload(*own_, b, values.data(), values.size() * 4);
+    return b;
+  }
+  std::vector<float> read_floats(const BufferPtr& b, int64_t n) {
+    std::vector<float> out(static_cast<size_t>(n));
+    readback(*own_, b, out.data(), out.size() * 4);
+    return out;
+  }
+  std::unique_ptr<Context> own_;
+};
+
+TEST_F(ChunkedSubmitTest, LongRecordingsAreSubmittedInChunks) {
+  // A dependent chain of 300 dispatches through a ring of three buffers: the device starts on the
+  // first chunk while the rest is recorded; the result is the same.
+  ASSERT_EQ(own_->submit_chunk(), 16u);
+  const int64_t n = 2048;
+  const auto values = random_floats(n, -3, 3, 12);
+  std::array<BufferPtr, 3> ring{upload_floats(values), own_->allocator().allocate(n * 4),
+                                own_->allocator().allocate(n * 4)};
+  Recorder r(*own_);
+  const int steps = 300;
+  for (int i = 0; i < steps; ++i) record_add_one(r, ring[i % 3], ring[(i + 1) % 3], n);
+  // Chunks went at 16, 48 (32 more), 112, 176 and 240 (64 more each).
+  EXPECT_EQ(r.early_submits(), 5u);
+  EXPECT_EQ(r.pending(), static_cast<size_t>(steps));
+  r.submit_and_wait();
+  EXPECT_EQ(r.pending(), 0u);
+  std::vector<float> want(values);
+  for (float& f : want)
+    for (int i = 0; i < steps; ++i) f += 1.0f;
+  EXPECT_EQ(read_floats(ring[steps % 3], n), want);
+  // The next recording starts from the first chunk size again.
+  for (int i = 0; i < 40; ++i) record_add_one(r, ring[i % 3], ring[(i + 1) % 3], n);
+  EXPECT_EQ(r.early_submits(), 6u);
+  r.submit_and_wait();
+}
+
+TEST_F(ChunkedSubmitTest, AnAbandonedChunkedRecordingWaitsForItsChunks) {
+  const size_t active = own_->allocator().counters().active_bytes;
+  {
+    const int64_t n = 4096;
+    std::array<BufferPtr, 2> ring{upload_floats(random_floats(n, -1, 1, 13)),
+                                  own_->allocator().allocate(n * 4)};
+    Recorder r(*own_);
+    for (int i = 0; i < 100; ++i) record_add_one(r, ring[i % 2], ring[(i + 1) % 2], n);
+    EXPECT_EQ(r.early_submits(), 2u);  // at 16 and 48
+  }  // never submitted whole: the chunks already on the queue complete before their buffers go
+  EXPECT_EQ(own_->allocator().counters().active_bytes, active);
+}
+
+TEST_F(ChunkedSubmitTest, AFailedChunkSubmitIsAnErrorAndTheRecorderRecovers) {
+  const int64_t n = 256;
+  std::array<BufferPtr, 2> ring{upload_floats(random_floats(n, -1, 1, 14)),
+                                own_->allocator().allocate(n * 4)};
+  Recorder r(*own_);
+  for (size_t i = 0; i + 1 < 16; ++i) record_add_one(r, ring[i % 2], ring[(i + 1) % 2], n);
+  own_->inject_submit_failure_for_testing(VK_ERROR_OUT_OF_DEVICE_MEMORY);
+  try {
+    record_add_one(r, ring[1], ring[0], n);  // the 16th command: its chunk's submit fails
+    FAIL() << "the injected failure did not surface";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("VK_ERROR_OUT_OF_DEVICE_MEMORY"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(r.pending(), 0u);  // the whole recording was dropped
+  r.submit_and_wait();         // nothing left to submit; nothing throws
+  BufferPtr out = own_->allocator().allocate(n * 4);
+  record_add_one(r, ring[0], out, n);
+  r.submit_and_wait();
+  const std::vector<float> in = read_floats(ring[0], n), got = read_floats(out, n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(got[i], in[i] + 1.0f);
+}
+
+TEST_F(VulkanTest, LavapipeSubmitsEachRecordingOnce) {
+  if (!ctx().caps().is_cpu() || ctx().options().submit_chunk >= 0) GTEST_SKIP() << "not lavapipe's default";
+  EXPECT_EQ(ctx().submit_chunk(), 0u);
+  const int64_t n = 256;
+  std::array<BufferPtr, 2> ring{upload_vector(random_floats(n, -1, 1, 15)),
+                                ctx().allocator().allocate(n * 4)};
+  Recorder r(ctx());
+  for (int i = 0; i < 200; ++i) record_add_one(r, ring[i % 2], ring[(i + 1) % 2], n);
+  EXPECT_EQ(r.early_submits(), 0u);
+  r.submit_and_wait();
 }
 
 TEST_F(VulkanTest, ProfilingTimesEachDispatchByShader) {

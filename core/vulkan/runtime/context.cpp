@@ -286,6 +286,15 @@ ContextOptions ContextOptions::from_env() {
   o.cache_dir = default_cache_dir().string();
   o.force_staging = env_flag("KILN_VULKAN_FORCE_STAGING");
   o.disable_coopmat = env_flag("KILN_VULKAN_DISABLE_COOPMAT");
+  o.disable_push_descriptors = env_flag("KILN_VULKAN_DISABLE_PUSH_DESCRIPTORS");
+  if (const char* v = std::getenv("KILN_VULKAN_SUBMIT_CHUNK"); v && *v) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 0 || n > 1 << 20)
+      throw ValueError::of("vulkan", "KILN_VULKAN_SUBMIT_CHUNK must be a command count (0: off)", "got '{}'",
+                           v);
+    o.submit_chunk = static_cast<int>(n);
+  }
   return o;
 }
 
@@ -342,6 +351,12 @@ Context::Context(const ContextOptions& options) : options_(options) {
     std::vector<VkPhysicalDevice> devices;
     physical_ = devices[select_device(*api_, instance_, options, devices)];
     caps_ = read_caps(*api_, instance_, physical_, !options.disable_coopmat);
+    // A CPU device runs on the host's cores: early chunks would only take them from the recording.
+    submit_chunk_ = options.submit_chunk >= 0 ? static_cast<uint32_t>(options.submit_chunk)
+                    : caps_.is_cpu()          ? 0
+                                              : kDefaultSubmitChunk;
+    caps_.push_descriptor = !options.disable_push_descriptors &&
+                            has_extension(*api_, instance_, physical_, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
     if (options.force_staging) caps_.unified_memory = false;
 
     uint32_t n = 0;
@@ -377,6 +392,7 @@ Context::Context(const ContextOptions& options) : options_(options) {
       enabled.features.pNext = &coopmat;
       extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
     }
+    if (caps_.push_descriptor) extensions.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
 
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue_info{};
@@ -393,6 +409,11 @@ Context::Context(const ContextOptions& options) : options_(options) {
     device_info.ppEnabledExtensionNames = extensions.data();
     check(api_->vkCreateDevice(physical_, &device_info, nullptr, &device_), "vkCreateDevice");
     api_->load_device(device_);
+    if (caps_.push_descriptor) {
+      api_->vkCmdPushDescriptorSetKHR = reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(
+          api_->vkGetDeviceProcAddr(device_, "vkCmdPushDescriptorSetKHR"));
+      caps_.push_descriptor = api_->vkCmdPushDescriptorSetKHR != nullptr;
+    }
     api_->vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
 
     VkSemaphoreTypeCreateInfo type_info{};
@@ -411,6 +432,7 @@ Context::Context(const ContextOptions& options) : options_(options) {
     for (uint32_t b = 1; b <= kMaxBindings; ++b) {
       VkDescriptorSetLayoutCreateInfo info{};
       info.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
+      if (caps_.push_descriptor) info.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
       info.bindingCount = b;
       info.pBindings = slots.data();
       check(api_->vkCreateDescriptorSetLayout(device_, &info, nullptr, &set_layouts_[b]),

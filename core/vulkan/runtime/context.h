@@ -26,6 +26,13 @@ struct ContextOptions {
   bool force_staging = false;             ///< KILN_VULKAN_FORCE_STAGING=1: never map device memory
   /// KILN_VULKAN_DISABLE_COOPMAT=1: leave VK_NV_cooperative_matrix off (the plain GEMM kernels run)
   bool disable_coopmat = false;
+  /// KILN_VULKAN_DISABLE_PUSH_DESCRIPTORS=1: leave VK_KHR_push_descriptor off (each dispatch then
+  /// allocates and writes a descriptor set from a pool)
+  bool disable_push_descriptors = false;
+  /// KILN_VULKAN_SUBMIT_CHUNK=<n>: a recording goes to the queue after n commands, then after 2n,
+  /// 4n, ... (at most Recorder::kMaxChunk) more, as it is recorded; 0 submits each recording once,
+  /// at its end. -1: Context::kDefaultSubmitChunk on a GPU, 0 on a CPU device (lavapipe)
+  int submit_chunk = -1;
   /// The options the environment asks for.
   static ContextOptions from_env();
 };
@@ -65,6 +72,9 @@ struct DeviceCaps {
   /// did not turn it off), with these float16 shapes in the driver's order.
   bool coopmat_nv = false;
   std::vector<CoopmatShape> coopmat_f16_shapes;
+  /// VK_KHR_push_descriptor is enabled: a dispatch pushes its bindings into the command buffer
+  /// (vkCmdPushDescriptorSetKHR) instead of allocating and writing a descriptor set.
+  bool push_descriptor = false;
   bool is_cpu() const { return type == VK_PHYSICAL_DEVICE_TYPE_CPU; }
 };
 
@@ -94,6 +104,8 @@ class Context {
   static constexpr uint32_t kMaxBindings = 12;
   /// Push-constant bytes every pipeline layout declares (Vulkan guarantees 128).
   static constexpr uint32_t kPushConstantBytes = 128;
+  /// Commands of a recording's first early submit on a GPU (ContextOptions::submit_chunk).
+  static constexpr uint32_t kDefaultSubmitChunk = 16;
 
   /// Loads the loader, picks a device (a GPU first; a CPU device only if allowed or chosen) and
   /// creates it. Throws DeviceError with the reason when no usable device exists.
@@ -107,6 +119,8 @@ class Context {
   VkPhysicalDevice physical_device() const { return physical_; }
   const DeviceCaps& caps() const { return caps_; }
   const ContextOptions& options() const { return options_; }
+  /// Commands before a recording's first early submit (0: none), from ContextOptions::submit_chunk.
+  uint32_t submit_chunk() const { return submit_chunk_; }
   /// Whether float16 GEMMs may run on cooperative matrices (tensor cores): VK_NV_cooperative_matrix
   /// with a float16 shape, float16 arithmetic, 16-bit storage, the Vulkan memory model, and
   /// subgroups of 32 (what shaders/linalg/matmul_f16_coopmat.comp assumes).
@@ -168,6 +182,7 @@ class Context {
   VkQueue queue_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
   DeviceCaps caps_;
+  uint32_t submit_chunk_ = 0;
   std::array<VkDescriptorSetLayout, kMaxBindings + 1> set_layouts_{};
   std::array<VkPipelineLayout, kMaxBindings + 1> pipeline_layouts_{};
 

@@ -12,6 +12,21 @@ namespace {
 constexpr uint32_t kSetsPerPool = 256;
 
 bool has(uint8_t bits, Access a) { return bits & static_cast<uint8_t>(a); }
+
+constexpr VkPipelineStageFlags kCompute = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+constexpr VkPipelineStageFlags kTransfer = VK_PIPELINE_STAGE_TRANSFER_BIT;
+constexpr VkPipelineStageFlags kAllStages = kCompute | kTransfer;
+
+// The accesses of `stages` that a barrier orders: only those the stages can perform (the validation
+// layers reject a shader access on a transfer-only stage).
+VkAccessFlags writes_of(VkPipelineStageFlags stages) {
+  return (stages & kCompute ? VK_ACCESS_SHADER_WRITE_BIT : 0) |
+         (stages & kTransfer ? VK_ACCESS_TRANSFER_WRITE_BIT : 0);
+}
+VkAccessFlags accesses_of(VkPipelineStageFlags stages) {
+  return (stages & kCompute ? VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT : 0) |
+         (stages & kTransfer ? VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT : 0);
+}
 }  // namespace
 
 Groups Groups::linear(uint64_t n, const Context& ctx) {
@@ -30,7 +45,7 @@ CapturedCommands::CapturedCommands(Context& ctx, std::unique_ptr<Frame> frame, s
 
 CapturedCommands::~CapturedCommands() { ctx_.destroy_frame(std::move(frame_)); }
 
-Recorder::Recorder(Context& ctx, Mode mode) : ctx_(ctx), mode_(mode) {}
+Recorder::Recorder(Context& ctx, Mode mode) : ctx_(ctx), mode_(mode), chunk_size_(ctx.submit_chunk()) {}
 
 Recorder::~Recorder() {
   reset();
@@ -38,6 +53,19 @@ Recorder::~Recorder() {
 }
 
 void Recorder::reset() {
+  if (!submitted_frames_.empty()) {
+    // Chunks of an abandoned or failed recording may still run: wait before reusing their frames
+    // (a lost device runs nothing more).
+    try {
+      ctx_.wait(submitted_value_);
+    } catch (...) {
+    }
+    for (auto& f : submitted_frames_) ctx_.release_frame(std::move(f));
+    submitted_frames_.clear();
+  }
+  submitted_value_ = 0;
+  chunk_start_ = 0;
+  chunk_size_ = ctx_.submit_chunk();
   if (frame_) {
     // An ended or abandoned command buffer is reset with its pool; nothing of it was submitted
     // (or it completed: submit_and_wait waits even when it throws). An abandoned capture is
@@ -71,6 +99,10 @@ void Recorder::begin_if_needed() {
   if (capture) begin.pInheritanceInfo = &inheritance;
   check(ctx_.api().vkBeginCommandBuffer(frame_->cmd, &begin), "vkBeginCommandBuffer");
   recording_ = true;
+  segment_stages_ = 0;
+  visible_stages_ = kAllStages;
+  bound_pipeline_ = VK_NULL_HANDLE;
+
   // Timestamps are written by primaries only: a replayed program is timed as one command.
   timing_ = !capture && profiling() && ctx_.caps().timestamp_period > 0;
   if (timing_) {
@@ -137,18 +169,46 @@ void Recorder::note(const BufferPtr& b, Access access) {
   keep_alive_.push_back(b);
 }
 
-void Recorder::barrier() {
+void Recorder::barrier(VkPipelineStageFlags dst) {
   // One global memory barrier covers every buffer: drivers implement buffer barriers as global
-  // ones anyway, and it costs one command however many buffers conflict.
+  // ones anyway, and it costs one command however many buffers conflict. Its source is the stages
+  // that wrote since the last barrier, plus those that barrier made writes visible to: a write made
+  // visible to compute only reaches a later copy through this chain.
+  const VkPipelineStageFlags src = segment_stages_ | visible_stages_;
   VkMemoryBarrier mb{};
   mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                     VK_ACCESS_TRANSFER_WRITE_BIT;
-  const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-  ctx_.api().vkCmdPipelineBarrier(frame_->cmd, stages, stages, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  mb.srcAccessMask = writes_of(src);
+  mb.dstAccessMask = accesses_of(dst);
+  ctx_.api().vkCmdPipelineBarrier(frame_->cmd, src, dst, 0, 1, &mb, 0, nullptr, 0, nullptr);
   clear_touched();
+  segment_stages_ = 0;
+  visible_stages_ = dst;
   ++barriers_;
+}
+
+void Recorder::order(bool conflict, VkPipelineStageFlags stage) {
+  if (conflict || !(visible_stages_ & stage)) barrier(stage);
+  segment_stages_ |= stage;
+}
+
+void Recorder::submit_chunk_if_due() {
+  if (mode_ != Mode::submit || timing_ || chunk_size_ == 0 || pending_ - chunk_start_ < chunk_size_) return;
+  check(ctx_.api().vkEndCommandBuffer(frame_->cmd), "vkEndCommandBuffer");
+  recording_ = false;
+  // The frame is this recording's until it completes, submitted or not (reset() waits for it).
+  submitted_frames_.push_back(std::move(frame_));
+  try {
+    submitted_value_ = ctx_.submit(submitted_frames_.back()->cmd);
+  } catch (...) {
+    reset();  // the whole recording is dropped, as when submit() fails
+    throw;
+  }
+  ++early_submits_;
+  chunk_start_ = pending_;
+  chunk_size_ = std::max(chunk_size_, std::min(2 * chunk_size_, kMaxChunk));
+  // The next command buffer waits on the timeline for this one: everything is complete and
+  // visible to it, as after a barrier.
+  clear_touched();
 }
 
 const Pipeline& Recorder::pipeline(const ShaderCode& shader, std::span<const uint32_t> spec,
@@ -170,22 +230,8 @@ const Pipeline& Recorder::pipeline(const ShaderCode& shader, std::span<const uin
   return p;
 }
 
-void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec,
-                        std::span<const Binding> bindings, std::span<const std::byte> push, Groups groups) {
-  if (bindings.empty() || bindings.size() > Context::kMaxBindings)
-    throw ValueError::of("vulkan dispatch", "between 1 and 12 (Context::kMaxBindings) bindings allowed",
-                         "{} given for {}", bindings.size(), shader.name);
-  if (push.size() > Context::kPushConstantBytes || push.size() % 4 != 0)
-    throw ValueError::of("vulkan dispatch", "push constants must be a multiple of 4 bytes, at most 128",
-                         "{} bytes for {}", push.size(), shader.name);
-  for (const Binding& b : bindings)
-    if (!b.buffer)
-      throw ValueError::of("vulkan dispatch", "a binding has no buffer", "shader {}", shader.name);
-  const uint32_t n = static_cast<uint32_t>(bindings.size());
-  const Pipeline& pipeline = this->pipeline(shader, spec, n);
-  begin_if_needed();
+VkDescriptorSet Recorder::descriptor_set(uint32_t n, std::span<VkWriteDescriptorSet> writes) {
   const VulkanApi& api = ctx_.api();
-
   // A descriptor set from the frame's pools, growing them when full.
   VkDescriptorSet set = VK_NULL_HANDLE;
   const VkDescriptorSetLayout layout = ctx_.set_layout(n);
@@ -212,6 +258,27 @@ void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec
       check(r, "vkAllocateDescriptorSets");
     ++frame_->current_pool;
   }
+  for (uint32_t i = 0; i < n; ++i) writes[i].dstSet = set;
+  api.vkUpdateDescriptorSets(ctx_.device(), n, writes.data(), 0, nullptr);
+  return set;
+}
+
+void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec,
+                        std::span<const Binding> bindings, std::span<const std::byte> push, Groups groups) {
+  if (bindings.empty() || bindings.size() > Context::kMaxBindings)
+    throw ValueError::of("vulkan dispatch", "between 1 and 12 (Context::kMaxBindings) bindings allowed",
+                         "{} given for {}", bindings.size(), shader.name);
+  if (push.size() > Context::kPushConstantBytes || push.size() % 4 != 0)
+    throw ValueError::of("vulkan dispatch", "push constants must be a multiple of 4 bytes, at most 128",
+                         "{} bytes for {}", push.size(), shader.name);
+  for (const Binding& b : bindings)
+    if (!b.buffer)
+      throw ValueError::of("vulkan dispatch", "a binding has no buffer", "shader {}", shader.name);
+  const uint32_t n = static_cast<uint32_t>(bindings.size());
+  const Pipeline& pipeline = this->pipeline(shader, spec, n);
+  begin_if_needed();
+  const VulkanApi& api = ctx_.api();
+
   std::array<VkDescriptorBufferInfo, Context::kMaxBindings> infos{};
   std::array<VkWriteDescriptorSet, Context::kMaxBindings> writes{};
   for (uint32_t i = 0; i < n; ++i) {
@@ -219,22 +286,29 @@ void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec
     infos[i] = {b.buffer(), b.offset(), b.capacity()};
     writes[i] = {};
     writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
-    writes[i].dstSet = set;
     writes[i].dstBinding = i;
     writes[i].descriptorCount = 1;
     writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     writes[i].pBufferInfo = &infos[i];
   }
-  api.vkUpdateDescriptorSets(ctx_.device(), n, writes.data(), 0, nullptr);
+  // Push descriptors go into the command buffer itself: no set to allocate, write and bind.
+  const VkDescriptorSet set = ctx_.caps().push_descriptor ? VK_NULL_HANDLE : descriptor_set(n, writes);
 
   const bool hazard =
       std::ranges::any_of(bindings, [&](const Binding& b) { return conflicts(b.buffer->id(), b.access); });
-  if (hazard) barrier();
+  order(hazard, kCompute);
   for (const Binding& b : bindings) note(b.buffer, b.access);
 
-  api.vkCmdBindPipeline(frame_->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);
-  api.vkCmdBindDescriptorSets(frame_->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set, 0,
-                              nullptr);
+  if (pipeline.pipeline != bound_pipeline_) {
+    api.vkCmdBindPipeline(frame_->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);
+    bound_pipeline_ = pipeline.pipeline;
+  }
+  if (set)
+    api.vkCmdBindDescriptorSets(frame_->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set, 0,
+                                nullptr);
+  else
+    api.vkCmdPushDescriptorSetKHR(frame_->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, n,
+                                  writes.data());
   if (!push.empty())
     api.vkCmdPushConstants(frame_->cmd, pipeline.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                            static_cast<uint32_t>(push.size()), push.data());
@@ -249,6 +323,7 @@ void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec
     timed_shaders_.push_back(shader.name);
   }
   ++pending_;
+  submit_chunk_if_due();
 }
 
 void Recorder::copy(const BufferPtr& src, size_t src_offset, const BufferPtr& dst, size_t dst_offset,
@@ -260,12 +335,13 @@ void Recorder::copy(const BufferPtr& src, size_t src_offset, const BufferPtr& ds
                          src_offset, src->capacity(), dst_offset, dst->capacity());
   if (bytes == 0) return;
   begin_if_needed();
-  if (conflicts(src->id(), Access::read) || conflicts(dst->id(), Access::write)) barrier();
+  order(conflicts(src->id(), Access::read) || conflicts(dst->id(), Access::write), kTransfer);
   note(src, Access::read);
   note(dst, Access::write);
   const VkBufferCopy region{src->offset() + src_offset, dst->offset() + dst_offset, bytes};
   ctx_.api().vkCmdCopyBuffer(frame_->cmd, src->buffer(), dst->buffer(), 1, &region);
   ++pending_;
+  submit_chunk_if_due();
 }
 
 void Recorder::execute(const std::shared_ptr<const CapturedCommands>& commands) {
@@ -274,20 +350,25 @@ void Recorder::execute(const std::shared_ptr<const CapturedCommands>& commands) 
   if (!commands) throw ValueError::of("vulkan execute", "no captured program");
   if (!commands->frame_) return;  // nothing was recorded
   begin_if_needed();
-  barrier();
+  // The program may start with either stage and assumes all earlier writes visible to both.
+  segment_stages_ = kAllStages;
+  barrier(kAllStages);
   const bool timed = timing_ && timed_shaders_.size() < kMaxTimedDispatches;
   const auto query = static_cast<uint32_t>(2 * timed_shaders_.size());
   if (timed)
     ctx_.api().vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_, query);
   ctx_.api().vkCmdExecuteCommands(frame_->cmd, 1, &commands->frame_->cmd);
+  bound_pipeline_ = VK_NULL_HANDLE;  // the program's binds leave the state undefined
   if (timed) {
     ctx_.api().vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_, query + 1);
     timed_shaders_.push_back("captured program");
   }
   // What the program touched is unknown to the hazard table: the next command waits for all of it.
-  barrier();
+  segment_stages_ = kAllStages;
+  barrier(kAllStages);
   executed_.push_back(commands);
   ++pending_;
+  submit_chunk_if_due();
 }
 
 std::shared_ptr<const CapturedCommands> Recorder::finish_capture() {
@@ -312,7 +393,7 @@ void Recorder::submit_and_wait() {
 }
 
 std::unique_ptr<Submission> Recorder::submit() {
-  if (!recording_) return nullptr;
+  if (!recording_ && submitted_frames_.empty()) return nullptr;
   if (mode_ != Mode::submit)
     throw NotImplemented::of("vulkan capture",
                              "the captured work needs a submit before it ends (a host read)");
@@ -322,11 +403,15 @@ std::unique_ptr<Submission> Recorder::submit() {
     Recorder& r;
     ~ResetOnExit() { r.reset(); }
   } reset_on_exit{*this};
-  recording_ = false;
-  check(ctx_.api().vkEndCommandBuffer(frame_->cmd), "vkEndCommandBuffer");
-  const uint64_t value = ctx_.submit(frame_->cmd);
-  auto submitted = std::make_unique<Submission>(ctx_, value, std::move(frame_), std::move(keep_alive_),
-                                                std::move(executed_));
+  if (recording_) {
+    recording_ = false;
+    check(ctx_.api().vkEndCommandBuffer(frame_->cmd), "vkEndCommandBuffer");
+    submitted_frames_.push_back(std::move(frame_));
+    submitted_value_ = ctx_.submit(submitted_frames_.back()->cmd);
+  }
+  auto submitted = std::make_unique<Submission>(ctx_, submitted_value_, std::move(submitted_frames_),
+                                                std::move(keep_alive_), std::move(executed_));
+  submitted_frames_.clear();
   if (timing_) {
     submitted->wait();
     collect_timings();
@@ -336,17 +421,17 @@ std::unique_ptr<Submission> Recorder::submit() {
   return submitted;
 }
 
-Submission::Submission(Context& ctx, uint64_t value, std::unique_ptr<Frame> frame,
+Submission::Submission(Context& ctx, uint64_t value, std::vector<std::unique_ptr<Frame>> frames,
                        std::vector<BufferPtr> buffers,
                        std::vector<std::shared_ptr<const CapturedCommands>> executed)
     : ctx_(ctx),
       value_(value),
-      frame_(std::move(frame)),
+      frames_(std::move(frames)),
       buffers_(std::move(buffers)),
       executed_(std::move(executed)) {}
 
 Submission::~Submission() {
-  if (!frame_) return;
+  if (frames_.empty()) return;
   try {
     ctx_.wait(value_);
   } catch (...) {
@@ -356,14 +441,14 @@ Submission::~Submission() {
 }
 
 bool Submission::done() {
-  if (!frame_) return true;
+  if (frames_.empty()) return true;
   if (!ctx_.reached(value_)) return false;
   release();
   return true;
 }
 
 void Submission::wait() {
-  if (!frame_) return;
+  if (frames_.empty()) return;
   // On a device error the work is dropped all the same: a lost device runs nothing more.
   struct ReleaseOnExit {
     Submission& s;
@@ -373,8 +458,9 @@ void Submission::wait() {
 }
 
 void Submission::release() noexcept {
-  if (!frame_) return;
-  ctx_.release_frame(std::move(frame_));
+  if (frames_.empty()) return;
+  for (auto& f : frames_) ctx_.release_frame(std::move(f));
+  frames_.clear();
   buffers_.clear();
   executed_.clear();
 }

@@ -89,6 +89,8 @@ struct VulkanApi {
   KILN_VK_INSTANCE_FUNCTIONS(KILN_VK_MEMBER)
   KILN_VK_DEVICE_FUNCTIONS(KILN_VK_MEMBER)
 #undef KILN_VK_MEMBER
+  /// VK_KHR_push_descriptor's, set by the Context when it enables the extension; null otherwise.
+  PFN_vkCmdPushDescriptorSetKHR vkCmdPushDescriptorSetKHR = nullptr;
 
   /// dlopens `library` (e.g. "libvulkan.so.1"). Throws DeviceError naming the library and the
   /// reason (dlerror) when it or vkGetInstanceProcAddr is missing.
