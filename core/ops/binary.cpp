@@ -190,7 +190,6 @@ struct Arctan2 : BinaryOp<Arctan2> {
   using BinaryOp::BinaryOp;
   static constexpr const char* kName = "Arctan2";
   static constexpr const char* kGlsl = "kiln_arctan2(x0, x1)";
-  static constexpr bool kGlslFloat32Math = true;
   static constexpr const char* kOpName = "arctan2";
   static constexpr DtypeSet kTypes = kFloatTypes;
   static constexpr bool kIntToFloat = true;

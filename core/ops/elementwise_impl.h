@@ -40,8 +40,6 @@ class BlockKernel {
   /// gpu_compute_dtype of the dtype it computes in (a select's condition to bool); null when it
   /// has none.
   virtual const char* glsl() const { return nullptr; }
-  /// Whether that GLSL needs float32-only math (exp, log, ...: no float64 kernel).
-  virtual bool glsl_float32_math() const { return false; }
 };
 
 /// An op with a register-tile form states it as `static constexpr TileOp kTileOp`. The tile
@@ -181,8 +179,7 @@ inline Dtype gpu_compute_dtype(Dtype t) {
 
 /// An op with a GPU kernel states it in GLSL as `static constexpr const char* kGlsl`, over x0 (and
 /// x1), its inputs in gpu_compute_dtype; shaders/common/elementwise_ops.glsl defines the kiln_*
-/// functions, overloaded per type. GLSL has no double-precision exp, log, sin, ...: an op built on
-/// them states kGlslFloat32Math and has no float64 kernel.
+/// functions, overloaded per type, float64 included.
 template <class D>
 concept HasGlsl = requires {
   D::kGlsl;
@@ -190,13 +187,7 @@ concept HasGlsl = requires {
 template <class D>
 void eval_gpu_elementwise(std::span<const Array> in, Array& out) {
   const Dtype t = in[0].dtype();  // a binary op's operands share one dtype (build converts them)
-  if constexpr (HasGlsl<D>) {
-    if constexpr (requires { D::kGlslFloat32Math; })
-      if (t == float64)
-        throw NotImplemented::of(D::kName, "no float64 kernel on the GPU",
-                                 "GLSL has no double-precision {}; use float32 or the CPU", D::kOpName);
-    return gpu::elementwise(D::kGlsl, gpu_compute_dtype(t), in, out);
-  }
+  if constexpr (HasGlsl<D>) return gpu::elementwise(D::kGlsl, gpu_compute_dtype(t), in, out);
   throw NotImplemented::of(D::kName, "no GPU kernel yet", "{}", dtype_name(t));
 }
 
@@ -279,9 +270,6 @@ class UnaryOp : public PrimitiveWithParams<D>, public BlockKernel {
       return D::kGlsl;
     else
       return nullptr;
-  }
-  bool glsl_float32_math() const override {
-    return requires { D::kGlslFloat32Math; };
   }
 
   void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,
@@ -393,9 +381,6 @@ class BinaryOp : public PrimitiveWithParams<D>, public BlockKernel {
       return D::kGlsl;
     else
       return nullptr;
-  }
-  bool glsl_float32_math() const override {
-    return requires { D::kGlslFloat32Math; };
   }
 
   void eval_block(std::span<const void* const> in, uint32_t scalars, Dtype in_dtype, void* out,

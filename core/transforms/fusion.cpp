@@ -352,7 +352,7 @@ class FusedElementwise final : public Primitive {
     for (size_t m = 0; m < members_.size() && fused; ++m) {
       const Member& mem = members_[m];
       const char* glsl = mem.kernel->glsl();
-      fused = glsl && !(mem.kernel->glsl_float32_math() && mem.in_dtype == float64);
+      fused = glsl != nullptr;
       if (!fused) break;
       std::string params, args;
       for (size_t k = 0; k < mem.slots.size(); ++k) {

@@ -6,9 +6,8 @@
 // float16/bfloat16 widened), int (int32, int8), uint (uint32, uint8, and bool as 0/1), and, when
 // the device has them, double and int64_t. Results follow the CPU's loops (core/ops/*.cpp) where
 // GLSL leaves a case undefined: NaN propagation, integer division by 0 or -1, signs of remainders,
-// pow of negative bases, atan of (0, 0). GLSL has no double-precision exp, log, sin, ...: the
-// double overloads at the end are fdlibm's algorithms; ops without one (arctan2) state
-// kGlslFloat32Math and have no float64 kernel.
+// pow of negative bases, atan of (0, 0). GLSL has no double-precision exp, log, sin, atan, ...:
+// the double overloads at the end are fdlibm's algorithms.
 #ifndef KILN_ELEMENTWISE_OPS_GLSL
 #define KILN_ELEMENTWISE_OPS_GLSL
 
@@ -607,6 +606,119 @@ double kiln_erfinv(double y) {
   const double two_over_sqrt_pi = 2.0LF / sqrt(3.141592653589793LF);
   for (int i = 0; i < 2; ++i) x -= (kiln_erf(x) - y) / (two_over_sqrt_pi * kiln_exp(-x * x));
   return x;
+}
+// s_atan.c's kernel: atan(t + c) for finite t >= 0 and c below an ulp of t. The argument is
+// reduced to |t'| < 7/16 around 0, 1/2, 1, 3/2 or inf, whose atan is atanhi + atanlo, and an odd
+// polynomial of degree 23 takes the rest; c, the caller's first-order correction, joins the small
+// terms before the last rounding.
+double kiln_atan_kernel(double t, double c) {
+  if (t < 3.725290298461914e-09LF) {  // 2^-29: atan(t) = t to the last bit
+    precise const double r = t + c;
+    return r;
+  }
+  int id = -1;
+  if (t >= 0.4375LF) {
+    if (t < 1.1875LF) {
+      if (t < 0.6875LF) {
+        id = 0;
+        t = (2.0LF * t - 1.0LF) / (2.0LF + t);
+      } else {
+        id = 1;
+        t = (t - 1.0LF) / (t + 1.0LF);
+      }
+    } else if (t < 2.4375LF) {
+      id = 2;
+      t = (t - 1.5LF) / (1.0LF + 1.5LF * t);
+    } else {
+      id = 3;
+      t = -1.0LF / t;
+    }
+  }
+  const double z = t * t, w = z * z;
+  const double s1 =
+      z * (3.33333333333329318027e-01LF +
+           w * (1.42857142725034663711e-01LF +
+                w * (9.09088713343650656196e-02LF +
+                     w * (6.66107313738753120669e-02LF +
+                          w * (4.97687799461593236017e-02LF + w * 1.62858201153657823623e-02LF)))));
+  const double s2 = w * (-1.99999999998764832476e-01LF +
+                         w * (-1.11111104054623557880e-01LF +
+                              w * (-7.69187620504482999495e-02LF +
+                                   w * (-5.83357013379057348645e-02LF + w * -3.65315727442169155270e-02LF))));
+  precise const double tail = t * (s1 + s2);
+  if (id < 0) {
+    precise const double r = t - (tail - c);
+    return r;
+  }
+  // atan(1/2), atan(1), atan(3/2), atan(inf) as hi + lo.
+  const double atan_hi[4] = double[4](4.63647609000806093515e-01LF, 7.85398163397448278999e-01LF,
+                                      9.82793723247329054082e-01LF, 1.57079632679489655800e+00LF);
+  const double atan_lo[4] = double[4](2.26987774529616870924e-17LF, 3.06161699786838301793e-17LF,
+                                      1.39033110312309984516e-17LF, 6.12323399573676603587e-17LF);
+  precise const double r = atan_hi[id] - (((tail - atan_lo[id]) - c) - t);
+  return r;
+}
+// NaN by its bits: a comparison-based test may be folded away or turned into a min.
+bool kiln_isnan_bits(double x) {
+  const uvec2 b = unpackDouble2x32(x);
+  const uint h = b.y & 0x7FFFFFFFu;
+  return h > 0x7FF00000u || (h == 0x7FF00000u && b.x != 0u);
+}
+// e_atan2.c's cases (signed zeros, infinities, NaN, |y/x| past 2^60) around the kernel, within an
+// ulp of the C library. Both operands are first scaled by the same power of two, |x| into [1, 2),
+// so y/x cannot overflow even where a division is a reciprocal multiply, and the quotient's
+// rounding error, (y - q x) / x with q x exact (Dekker), goes into the kernel as its correction:
+// the result does not depend on how the device rounds the division.
+double kiln_arctan2(double y, double x) {
+  if (kiln_isnan_bits(x) || kiln_isnan_bits(y)) return x + y;
+  const double pi = 3.1415926535897931160e+00LF, pi_lo = 1.2246467991473531772e-16LF;
+  const double pi_o_2 = 1.5707963267948965580e+00LF, pi_o_4 = 7.8539816339744827900e-01LF;
+  const bool x_negative = (unpackDouble2x32(x).y >> 31) != 0u;
+  double ax = abs(x), ay = abs(y);
+  double r;  // the angle of (|y|, x), in [0, pi]; y's sign is put on it at the end
+  if (ay == 0.0LF) {
+    r = x_negative ? pi : 0.0LF;
+  } else if (ax == 0.0LF) {
+    r = pi_o_2;
+  } else if (kiln_exponent_bits(ax) == 0x7FF) {
+    r = kiln_exponent_bits(ay) == 0x7FF ? (x_negative ? 3.0LF * pi_o_4 : pi_o_4) : (x_negative ? pi : 0.0LF);
+  } else if (kiln_exponent_bits(ay) == 0x7FF) {
+    r = pi_o_2;
+  } else {
+    int ex = 0, ey = 0;
+    if (kiln_exponent_bits(ax) == 0) {  // subnormal: scale up by 2^54
+      ax *= 18014398509481984.0LF;
+      ex = -54;
+    }
+    if (kiln_exponent_bits(ay) == 0) {
+      ay *= 18014398509481984.0LF;
+      ey = -54;
+    }
+    ex += kiln_exponent_bits(ax) - 1023;
+    ey += kiln_exponent_bits(ay) - 1023;
+    const double mx = ax * kiln_pow2(-(kiln_exponent_bits(ax) - 1023));  // in [1, 2), exact
+    const double my = ay * kiln_pow2(-(kiln_exponent_bits(ay) - 1023));
+    const int k = ey - ex;  // |y/x| = my / mx * 2^k
+    const double q = my / mx;
+    if (k > 60) {  // atan within 2^-60 of pi/2 on either side: pi/2 rounded
+      r = pi_o_2;
+    } else {
+      double z;
+      if (k < -60) {  // atan(t) = t; pi - t rounds to pi
+        z = x_negative ? 0.0LF : kiln_scale(q, max(k, -1080));
+      } else {
+        precise const double p = q * mx;
+        precise const double rem = (my - p) - kiln_product_error(q, mx, p);  // my - q mx, exact
+        const double t = q * kiln_pow2(k);
+        const double c = (rem / mx) * kiln_pow2(k) / (1.0LF + t * t);  // atan' = 1 / (1 + t^2)
+        z = kiln_atan_kernel(t, c);
+      }
+      precise const double supplement = pi - (z - pi_lo);
+      r = x_negative ? supplement : z;
+    }
+  }
+  const uvec2 b = unpackDouble2x32(r);
+  return packDouble2x32(uvec2(b.x, b.y | (unpackDouble2x32(y).y & 0x80000000u)));
 }
 // pow as the float version, |x|^y = e^(y log|x|) with log|x| and the product carried in two
 // parts: the exponent's absolute error stays near 2^-60 * |y log x|, a few ulp of the result.

@@ -132,8 +132,6 @@ struct BinaryCase {
   // Absolute error allowed for floats: remainder's a - b * trunc(a / b) (one fma) is within an ulp
   // of the operands of fmod's exact result where a device does not fuse it (lavapipe).
   double float_atol = 0.0;
-  // GLSL math with no double version yet (the op throws NotImplemented for float64 on the GPU).
-  bool no_float64 = false;
 };
 
 const BinaryCase kBinary[] = {
@@ -146,7 +144,7 @@ const BinaryCase kBinary[] = {
     {"remainder", remainder, kNumericTypes, -9, 9, false, 2e-6},
     {"floor_divide", floor_divide, kNumericTypes, -9, 9},
     {"power", power, kNumericTypes, -3, 3, true},
-    {"arctan2", arctan2, kFloatTypes, -2, 2, true, 0.0, true},
+    {"arctan2", arctan2, kFloatTypes, -2, 2, true},
     {"equal", equal, kAllTypes, -2, 2},
     {"not_equal", not_equal, kAllTypes, -2, 2},
     {"less", less, kAllTypes, -2, 2},
@@ -165,10 +163,6 @@ TEST_F(GpuElementwise, BinaryOpsInEveryDtypeWithBroadcasting) {
       // Every pair of the special values meets: a (n, 1) against b (1, n).
       const Array a = reshape(inputs_of(t, 40, 21, c.lo, c.hi), {40, 1});
       const Array b = reshape(inputs_of(t, 40, 22, c.lo, c.hi), {1, 40});
-      if (c.no_float64 && t == float64) {
-        EXPECT_THROW(c.op(a, b, Device::gpu).eval(), NotImplemented) << what;
-        continue;
-      }
       const double atol = c.transcendental ? atol_of(t, true) : (is_floating(t) ? c.float_atol : 0.0);
       // power of integers: exponents in [-3, 3] keep int8 and uint8 results meaningful.
       expect_same(c.op(a, b, Device::gpu), c.op(a, b, Device::cpu), rtol_of(t, c.transcendental), atol, what);

@@ -1,8 +1,8 @@
 // The double-precision transcendental functions of shaders/common/elementwise_ops.glsl (GLSL has
 // none) against the CPU's C library: wide fixed-seed random ranges in magnitude, the special
 // values (±0, ±inf, NaN, subnormals, overflow and underflow thresholds), each op within a stated
-// ulp bound; and float64 gradients on the GPU against the CPU's and central differences. Runs on
-// lavapipe in CI (KILN_VULKAN_ALLOW_CPU=1).
+// ulp bound; arctan2 in a fused (compile) chain; and float64 gradients on the GPU against the
+// CPU's and central differences. Runs on lavapipe in CI (KILN_VULKAN_ALLOW_CPU=1).
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/vulkan/runtime/context.h"
@@ -270,12 +271,104 @@ TEST_F(GpuFloat64Math, GradientsMatchTheCpuAndFiniteDifferences) {
   const std::vector<Array> g_gpu = cotangents_of(Device::gpu), g_cpu = cotangents_of(Device::cpu);
   test::expect_close(g_gpu[0], g_cpu[0], 1e-13, 1e-300);
   test::expect_close(g_gpu[1], g_cpu[1], 1e-13, 1e-300);
+  auto arctan2_cotangents_of = [&](Device d) {
+    auto f = [d](const std::vector<Array>& v) { return std::vector<Array>{arctan2(v[0], v[1], d)}; };
+    return vjp(f, {b, a}, {ct}).second;
+  };
+  const std::vector<Array> t_gpu = arctan2_cotangents_of(Device::gpu),
+                           t_cpu = arctan2_cotangents_of(Device::cpu);
+  test::expect_close(t_gpu[0], t_cpu[0], 1e-13, 1e-300);
+  test::expect_close(t_gpu[1], t_cpu[1], 1e-13, 1e-300);
 }
 
-// The op still without a double version says so.
-TEST_F(GpuFloat64Math, Arctan2HasNoFloat64Kernel) {
-  const Array y = test::random_array({7}, float64, 33), x = test::random_array({7}, float64, 34);
-  EXPECT_THROW(arctan2(y, x, Device::gpu).eval(), NotImplemented);
+// arctan2: fixed-seed pairs over every magnitude and sign, ratios near the kernel's reduction
+// boundaries (7/16, 11/16, 19/16, 39/16, 2^-29) and e_atan2.c's 2^60 cut, pairs with subnormals, and
+// every pair of the special values (C's signed zeros, ±pi/4 and ±3pi/4 at the infinities, NaN).
+std::pair<std::vector<double>, std::vector<double>> arctan2_inputs() {
+  std::vector<double> y = uniform(3000, 35, -3, 3), x = uniform(3000, 36, -3, 3);
+  append(y, log_uniform(3000, 37, 1e-300, 1e300, true));
+  append(x, log_uniform(3000, 38, 1e-300, 1e300, true));
+  append(y, log_uniform(2000, 39, 1e-25, 1e25, true));
+  append(x, log_uniform(2000, 40, 1e-25, 1e25, true));
+  append(y, log_uniform(500, 41, 1e-323, 1e-300, true));  // subnormal y
+  append(x, log_uniform(500, 42, 1e-320, 1e10, true));
+  append(y, log_uniform(500, 43, 1e-320, 1e10, true));
+  append(x, log_uniform(500, 44, 1e-323, 1e-300, true));  // subnormal x
+  const std::vector<double> base = log_uniform(2000, 45, 1e-10, 1e10, true);
+  const std::vector<double> jitter = uniform(2000, 46, -1e-6, 1e-6);
+  const double ratios[] = {0.4375, 0.6875, 1.1875, 2.4375, 1.0, 0x1p-29, 0x1p-60, 0x1p60, 0x1p61, 1.5};
+  for (size_t i = 0; i < base.size(); ++i) {
+    const double ratio = ratios[i % std::size(ratios)] * (1 + jitter[i]) * ((i / 10) % 2 ? -1 : 1);
+    y.push_back(ratio * base[i]);
+    x.push_back(base[i]);
+  }
+  const std::vector<double> s = {0.0,  -0.0,       kInf,        -kInf, kNan,   1.0,    -1.0,  0.5,
+                                 -2.0, kMinNormal, -kDenormMin, 1e300, -1e300, 1e-300, -1e-8, 3.0};
+  for (double a : s)
+    for (double b : s) {
+      y.push_back(a);
+      x.push_back(b);
+    }
+  return {y, x};
+}
+
+TEST_F(GpuFloat64Math, Arctan2WithinTwoUlpOfTheCpu) {
+  const auto [a, b] = arctan2_inputs();
+  const int64_t n = static_cast<int64_t>(a.size());
+  const Array y(a, {n}, float64), x(b, {n}, float64);
+  expect_ulps(a, arctan2(y, x, Device::gpu), arctan2(y, x, Device::cpu), 2, "arctan2");
+}
+
+// The C library's special cases, each stated: signed zeros, the infinities, NaN in either operand.
+TEST_F(GpuFloat64Math, Arctan2SpecialCasesAreTheCLibrarys) {
+  const double pi = std::numbers::pi;
+  struct Case {
+    double y, x, want;
+  };
+  const Case cases[] = {
+      {0.0, 0.0, 0.0},           {-0.0, 0.0, -0.0},           {0.0, -0.0, pi},      {-0.0, -0.0, -pi},
+      {0.0, -3.0, pi},           {-0.0, -3.0, -pi},           {0.0, 3.0, 0.0},      {-0.0, 3.0, -0.0},
+      {0.0, kInf, 0.0},          {-0.0, -kInf, -pi},          {kInf, kInf, pi / 4}, {-kInf, kInf, -pi / 4},
+      {kInf, -kInf, 3 * pi / 4}, {-kInf, -kInf, -3 * pi / 4}, {2.0, kInf, 0.0},     {-2.0, kInf, -0.0},
+      {2.0, -kInf, pi},          {-2.0, -kInf, -pi},          {kInf, 2.0, pi / 2},  {-kInf, -2.0, -pi / 2},
+      {5.0, 0.0, pi / 2},        {-5.0, -0.0, -pi / 2}};
+  std::vector<double> ys, xs;
+  for (const Case& c : cases) {
+    ys.push_back(c.y);
+    xs.push_back(c.x);
+  }
+  for (double v : {0.0, 1.0, -kInf}) {  // NaN on either side
+    ys.insert(ys.end(), {kNan, v});
+    xs.insert(xs.end(), {v, kNan});
+  }
+  const int64_t n = static_cast<int64_t>(ys.size());
+  const std::vector<double> g =
+      test::values(arctan2(Array(ys, {n}, float64), Array(xs, {n}, float64), Device::gpu));
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    EXPECT_EQ(g[i], cases[i].want) << "arctan2(" << ys[i] << ", " << xs[i] << ")";
+    EXPECT_EQ(std::signbit(g[i]), std::signbit(cases[i].want)) << "arctan2(" << ys[i] << ", " << xs[i] << ")";
+  }
+  for (size_t i = std::size(cases); i < g.size(); ++i)
+    EXPECT_TRUE(std::isnan(g[i])) << "arctan2(" << ys[i] << ", " << xs[i] << ")";
+}
+
+// compile fuses a float64 chain with arctan2 into one generated kernel (the same GLSL as the
+// unfused one): within 2 ulp of the CPU.
+TEST_F(GpuFloat64Math, Arctan2FusesInFloat64) {
+  const auto [a, b] = arctan2_inputs();
+  const int64_t n = static_cast<int64_t>(a.size());
+  const Array y(a, {n}, float64), x(b, {n}, float64);
+  auto chain = [](Device d) {
+    return [d](const std::vector<Array>& v) {  // exact around arctan2: a * 2 and -x
+      return std::vector<Array>{negative(arctan2(multiply(v[0], 2.0, d), negative(v[1], d), d), d)};
+    };
+  };
+  const Array fused = compile(chain(Device::gpu))({y, x})[0];
+  ASSERT_TRUE(fused.has_primitive());
+  EXPECT_STREQ(fused.primitive()->name(), "FusedElementwise");
+  std::vector<double> twice(a);
+  for (double& v : twice) v *= 2;
+  expect_ulps(twice, fused, chain(Device::cpu)({y, x})[0], 2, "fused");
 }
 
 }  // namespace
