@@ -321,6 +321,17 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
           ->Args(args)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
+  // The MLP's (784-512-512-10, batch 128): few output tiles, K 512 or 784.
+  const std::vector<std::vector<int64_t>> mlp_shapes = {{128, 512, 784, 1, 0}, {128, 512, 512, 1, 0}};
+  for (const char* tile : {"64", "64w", "32"})
+    for (int splits : {1, 2, 4, 8})
+      for (const auto& args : mlp_shapes)
+        benchmark::RegisterBenchmark(
+            fmt::format("BM_gpu_matmul_shape_tile/{}/{}", tile, splits).c_str(),
+            [tile, splits](benchmark::State& st) { BM_gpu_matmul_shape_tile(st, tile, splits); })
+            ->Args(args)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
   for (const char* tile : {"128x64", "64", "64w", "32"})
     for (int splits : {1, 2, 4, 8, 16})
       for (const auto& args : {shapes[4], shapes[5]})
@@ -349,6 +360,11 @@ BENCHMARK(BM_gpu_matmul_shape)
     ->Args({1024, 256, 4096, 1, 1})
     ->Args({128, 128, 64, 128, 0})
     ->Args({128, 64, 128, 128, 0})
+    // The MLP's: forward (and the input gradient) at K 784 and 512, weight gradients at K 128.
+    ->Args({128, 512, 784, 1, 0})
+    ->Args({128, 512, 512, 1, 0})
+    ->Args({784, 512, 128, 1, 1})
+    ->Args({512, 512, 128, 1, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_gpu_add_1gib)->Unit(benchmark::kMillisecond)->UseRealTime();

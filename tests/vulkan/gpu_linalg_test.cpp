@@ -168,7 +168,9 @@ TEST_F(GpuMatmulTiles, SplitKMatchesFloat64) {
 TEST_F(GpuMatmulTiles, AutomaticPlanSplitsKWhereTilesAreFew) {
   // As on a GPU of 132 compute units: a 64 x 96 output (2 tiles of 64 x 64) with K = 2048 takes 8
   // slices of 256, as does a weight gradient x^T @ dy (x [K, 64]); 16 tiles with K = 4096 take 16;
-  // outputs of many tiles, and short K, never split.
+  // under 66 tiles, a K of 512 or more takes up to 8 slices of at least 64 (the MLP's 128 x 784 x 512
+  // takes 7 slices of 112: K rounds to whole steps of the tile); outputs of many tiles, and K under
+  // 512, never split.
   const ScopedEnv units("KILN_VULKAN_COMPUTE_UNITS", "132");
   const Array a = random_array({64, 2048}, 300), b = random_array({2048, 96}, 301);
   EXPECT_EQ(check(a, b, "64 x 2048 x 96"), "matmul_f32_t64w+splitk8");
@@ -179,7 +181,11 @@ TEST_F(GpuMatmulTiles, AutomaticPlanSplitsKWhereTilesAreFew) {
   const Array big_a = random_array({1536, 40}, 306), big_b = random_array({40, 1536}, 307);
   EXPECT_EQ(check(big_a, big_b, "1536 x 40 x 1536"), "matmul_f32_t64w");
   const Array s = random_array({64, 512}, 308), t = random_array({512, 64}, 309);
-  EXPECT_EQ(check(s, t, "64 x 512 x 64"), "matmul_f32_t64w");
+  EXPECT_EQ(check(s, t, "64 x 512 x 64"), "matmul_f32_t64w+splitk8");
+  const Array mlp_x = random_array({128, 784}, 310), mlp_w = random_array({784, 512}, 311);
+  EXPECT_EQ(check(mlp_x, mlp_w, "128 x 784 x 512"), "matmul_f32_t64w+splitk7");
+  const Array u = random_array({64, 448}, 312), v = random_array({448, 64}, 313);
+  EXPECT_EQ(check(u, v, "64 x 448 x 64"), "matmul_f32_t64w");
   // With the host's few units (lavapipe) the same product splits less or not at all.
   const ScopedEnv few("KILN_VULKAN_COMPUTE_UNITS", "1");
   EXPECT_EQ(check(a, b, "64 x 2048 x 96 on one unit"), "matmul_f32_t64w");
