@@ -321,26 +321,21 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
           ->Args(args)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
+  auto sweep_splits = [](std::initializer_list<const char*> tiles, std::initializer_list<int> counts,
+                         const std::vector<std::vector<int64_t>>& on) {
+    for (const char* tile : tiles)
+      for (int splits : counts)
+        for (const auto& args : on)
+          benchmark::RegisterBenchmark(
+              fmt::format("BM_gpu_matmul_shape_tile/{}/{}", tile, splits).c_str(),
+              [tile, splits](benchmark::State& st) { BM_gpu_matmul_shape_tile(st, tile, splits); })
+              ->Args(args)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+  };
   // The MLP's (784-512-512-10, batch 128): few output tiles, K 512 or 784.
-  const std::vector<std::vector<int64_t>> mlp_shapes = {{128, 512, 784, 1, 0}, {128, 512, 512, 1, 0}};
-  for (const char* tile : {"64", "64w", "32"})
-    for (int splits : {1, 2, 4, 8})
-      for (const auto& args : mlp_shapes)
-        benchmark::RegisterBenchmark(
-            fmt::format("BM_gpu_matmul_shape_tile/{}/{}", tile, splits).c_str(),
-            [tile, splits](benchmark::State& st) { BM_gpu_matmul_shape_tile(st, tile, splits); })
-            ->Args(args)
-            ->Unit(benchmark::kMicrosecond)
-            ->UseRealTime();
-  for (const char* tile : {"128x64", "64", "64w", "32"})
-    for (int splits : {1, 2, 4, 8, 16})
-      for (const auto& args : {shapes[4], shapes[5]})
-        benchmark::RegisterBenchmark(
-            fmt::format("BM_gpu_matmul_shape_tile/{}/{}", tile, splits).c_str(),
-            [tile, splits](benchmark::State& st) { BM_gpu_matmul_shape_tile(st, tile, splits); })
-            ->Args(args)
-            ->Unit(benchmark::kMicrosecond)
-            ->UseRealTime();
+  sweep_splits({"64", "64w", "32"}, {1, 2, 4, 8}, {{128, 512, 784, 1, 0}, {128, 512, 512, 1, 0}});
+  sweep_splits({"128x64", "64", "64w", "32"}, {1, 2, 4, 8, 16}, {shapes[4], shapes[5]});
   return true;
 }();
 
