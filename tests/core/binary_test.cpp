@@ -70,11 +70,6 @@ const BinaryCase kCases[] = {
 
 class BinaryTest : public ::testing::TestWithParam<BinaryCase> {};
 
-// GLSL has no double-precision atan: on the GPU float64 arctan2 throws NotImplemented (docs/gpu.md).
-bool float64_missing_on_gpu(const BinaryCase& c) {
-  return test::gpu_default() && std::string_view(c.name) == "arctan2";
-}
-
 TEST_P(BinaryTest, BroadcastsAndMatchesReference) {
   const BinaryCase& c = GetParam();
   const std::vector<std::pair<Shape, Shape>> shapes = {
@@ -82,10 +77,6 @@ TEST_P(BinaryTest, BroadcastsAndMatchesReference) {
   for (Dtype t : {float64, float32, float16, bfloat16}) {
     for (const auto& [sa, sb] : shapes) {
       const Array a = random_array(sa, t, 1, c.lo, c.hi), b = random_array(sb, t, 2, c.lo, c.hi);
-      if (t == float64 && float64_missing_on_gpu(c)) {
-        EXPECT_THROW(c.op(a, b, {}).eval(), NotImplemented);
-        continue;
-      }
       const Array y = c.op(a, b, {});
       Shape expected_shape;
       const auto ref = broadcast_ref(sa, values(a), sb, values(b), c.ref, &expected_shape);
@@ -111,24 +102,6 @@ TEST_P(BinaryTest, GradientMatchesFiniteDifferencesWithBroadcasting) {
   const Array a = random_array({3, 1, 4}, float64, 5, c.lo, c.hi);
   const Array b = random_array({2, 4}, float64, 6, c.lo, c.hi);
   if (!c.differentiable) return;
-  if (float64_missing_on_gpu(c)) {
-    // Finite differences need float64: check the float32 gradient against the analytic one,
-    // d/da atan2(a, b) = b / (a^2 + b^2) and d/db = -a / (a^2 + b^2), summed over broadcasting.
-    const auto f = [&](const std::vector<Array>& x) { return std::vector<Array>{sum(c.op(x[0], x[1], {}))}; };
-    const auto g = grad(f, {0, 1})({astype(a, float32), astype(b, float32)});
-    const auto av = values(a), bv = values(b);
-    std::vector<double> ga(3 * 4, 0.0), gb(2 * 4, 0.0);
-    for (int i = 0; i < 3; ++i)
-      for (int j = 0; j < 2; ++j)
-        for (int k = 0; k < 4; ++k) {
-          const double x = av[i * 4 + k], y = bv[j * 4 + k], r2 = x * x + y * y;
-          ga[i * 4 + k] += y / r2;
-          gb[j * 4 + k] -= x / r2;
-        }
-    expect_close(g[0], ga);
-    expect_close(g[1], gb);
-    return;
-  }
   check_vjp([&](const std::vector<Array>& x) { return c.op(x[0], x[1], {}); }, {a, b});
 }
 
