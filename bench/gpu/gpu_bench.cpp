@@ -11,6 +11,7 @@
 #include <kiln/models/mlp.h>
 #include <kiln/nn/value_and_grad.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -57,6 +58,22 @@ void report_gpu_time(benchmark::State& st) {
   const double ms = std::atof(report.c_str() + at + 3);
   st.counters["gpu_us"] = ms * 1e3 / static_cast<double>(st.iterations());
 }
+
+// Host time of a training step's two phases: building its lazy graph (the forward, gradient and
+// update calls, or CompiledStep's call) and evaluating it (recording, submitting, waiting).
+using Clock = std::chrono::steady_clock;
+struct StepPhases {
+  double graph_s = 0, eval_s = 0;
+  void add(Clock::time_point t0, Clock::time_point t1, Clock::time_point t2) {
+    graph_s += std::chrono::duration<double>(t1 - t0).count();
+    eval_s += std::chrono::duration<double>(t2 - t1).count();
+  }
+  void report(benchmark::State& st) const {
+    if (st.iterations() == 0) return;
+    st.counters["graph_us"] = graph_s * 1e6 / static_cast<double>(st.iterations());
+    st.counters["eval_us"] = eval_s * 1e6 / static_cast<double>(st.iterations());
+  }
+};
 
 Array device_random(const kiln::Shape& shape, uint64_t seed) {
   Array x = kiln::random::uniform(shape, kiln::random::key(seed), -1.0, 1.0);
@@ -236,11 +253,13 @@ void BM_gpu_mlp_adam_step(benchmark::State& st) {
   auto grad_fn = kiln::nn::value_and_grad(model, loss);
   kiln::optim::CompiledStep compiled(model, opt,
                                      [&](const std::vector<Array>& b) { return loss(b[0], b[1]); });
+  StepPhases phases;
   auto one = [&] {
     if constexpr (kHostBatches) {
       x = host_x[turn % 8];
       y = host_y[turn++ % 8];
     }
+    const auto t0 = Clock::now();
     Array l;
     if constexpr (kCompiled) {
       l = compiled({x, y});
@@ -250,13 +269,17 @@ void BM_gpu_mlp_adam_step(benchmark::State& st) {
       l = value;
     }
     const auto params = model.parameters();
+    const auto t1 = Clock::now();
     kiln::nn::eval({&params, &opt.state()});
     l.eval();
+    phases.add(t0, t1, Clock::now());
   };
   for (int i = 0; i < 3; ++i) one();
+  phases = {};
   start_gpu_time();
   for (auto _ : st) one();
   report_gpu_time(st);
+  phases.report(st);
 }
 
 template <bool kCompiled>
@@ -275,7 +298,9 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
   auto grad_fn = kiln::nn::value_and_grad(model, loss);
   kiln::optim::CompiledStep compiled(model, opt,
                                      [&](const std::vector<Array>& b) { return loss(b[0], b[1]); });
+  StepPhases phases;
   auto one = [&] {
+    const auto t0 = Clock::now();
     Array l;
     if constexpr (kCompiled) {
       l = compiled({x, y});
@@ -285,13 +310,17 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
       l = value;
     }
     const auto params = model.parameters();
+    const auto t1 = Clock::now();
     kiln::nn::eval({&params, &opt.state()});
     l.eval();
+    phases.add(t0, t1, Clock::now());
   };
   for (int i = 0; i < 2; ++i) one();
+  phases = {};
   start_gpu_time();
   for (auto _ : st) one();
   report_gpu_time(st);
+  phases.report(st);
 }
 
 // With KILN_GPU_BENCH_TILES=1, one BM_gpu_matmul_f16_tile/<tile>/<shape> per tensor-core tile and

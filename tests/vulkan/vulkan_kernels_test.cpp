@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 
 #include "kiln/core/error.h"
+#include "kiln/core/vulkan/runtime/array_views.h"
 #include "kiln/core/vulkan/runtime/kernels.h"
 #include "vulkan_fixture.h"
 
@@ -264,6 +266,99 @@ TEST_F(VulkanKernels, MatmulTiledFloat32) {
   EXPECT_THROW(
       record_matmul(r, view(values, float32, {4, 8}), view(values, float32, {4, 8}), output(float32, {4, 8})),
       ShapeError);
+}
+
+// Sources for record_copies and what each destination's buffer holds: a view of `n` elements at
+// `offset` in a buffer of offset + n + 4, its last 4 elements a sentinel that must survive.
+struct CopyPair {
+  GpuView src, dst;
+  int64_t offset, n;
+};
+
+TEST_F(VulkanKernels, CopiesInOneDispatch) {
+  std::vector<CopyPair> pairs;
+  uint64_t seed = 40;
+  auto add = [&](Dtype dtype, int64_t n, int64_t offset) {
+    const int64_t item = size_of(dtype);
+    const auto values = random_floats(offset + n, -100, 100, ++seed);
+    std::vector<uint8_t> bytes(static_cast<size_t>((offset + n) * item));
+    std::memcpy(bytes.data(), values.data(), std::min(bytes.size(), values.size() * sizeof(float)));
+    std::vector<uint8_t> dst_bytes(static_cast<size_t>((offset + n + 4) * item), 0xA5);
+    const GpuView src = GpuView::contiguous(upload_vector(bytes), dtype, {n}, offset);
+    const GpuView dst = GpuView::contiguous(upload_vector(dst_bytes), dtype, {n}, offset);
+    pairs.push_back({src, dst, offset, n});
+  };
+  add(float32, 3001, 0);     // 16-byte moves, then a tail of words
+  add(float32, 4096, 1);     // 4-byte aligned only: words
+  add(int32, 8, 3);          // tiny
+  add(float32, 1 << 20, 0);  // more 16-byte words than the grid has invocations: they stride
+  add(float16, 1001, 0);     // an odd number of halves: not whole words, copied on its own
+  add(float16, 1000, 1);     // whole words at a 2-byte address: on its own
+  std::vector<GpuView> src, dst;
+  for (const CopyPair& p : pairs) {
+    src.push_back(p.src);
+    dst.push_back(p.dst);
+  }
+  // A transposed view is copied on its own too.
+  const auto grid = random_floats(12, -1, 1, 50);
+  GpuView transposed = GpuView::contiguous(upload_vector(grid), float32, {4, 3});
+  transposed.strides = {1, 4};
+  const GpuView transposed_out = output(float32, {4, 3});
+  src.push_back(transposed);
+  dst.push_back(transposed_out);
+
+  Recorder r(ctx());
+  record_copies(r, src, dst);
+  // One dispatch for the four batchable pairs where the device has buffer device addresses.
+  const size_t alone = 3;
+  EXPECT_EQ(r.pending(), ctx().caps().buffer_device_address ? 1 + alone : pairs.size() + 1);
+  r.submit_and_wait();
+
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const CopyPair& p = pairs[i];
+    const auto item = static_cast<size_t>(size_of(p.src.dtype));
+    const auto want = read_vector<uint8_t>(p.src.buffer, static_cast<size_t>(p.offset + p.n) * item);
+    const auto got = read_vector<uint8_t>(p.dst.buffer, static_cast<size_t>(p.offset + p.n + 4) * item);
+    for (size_t b = 0; b < got.size(); ++b) {
+      const size_t at = b / item;
+      const bool copied = at >= static_cast<size_t>(p.offset) && at < static_cast<size_t>(p.offset + p.n);
+      ASSERT_EQ(got[b], copied ? want[b] : uint8_t{0xA5}) << "pair " << i << " byte " << b;
+    }
+  }
+  const auto t = read_vector<float>(transposed_out.buffer, 12);
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 3; ++j)
+      ASSERT_EQ(t[static_cast<size_t>(i * 3 + j)], grid[static_cast<size_t>(j * 4 + i)]);
+}
+
+// Buffers reached through device addresses are ordered like bound ones: a copy_many reading what
+// the dispatch before it wrote, and one writing what the dispatch before it read, see a barrier.
+TEST_F(VulkanKernels, CopiesAreOrderedAfterEarlierWork) {
+  if (!ctx().caps().buffer_device_address) GTEST_SKIP() << "no buffer device addresses: plain copies";
+  const int64_t n = 5000;
+  const auto values = random_floats(n, -5, 5, 60);
+  const GpuView a = view(values, float32, {n});
+  const GpuView b = output(float32, {n}), c = output(float32, {n});
+  Recorder r(ctx());
+  record_copy(r, a, b);  // writes b
+  const std::vector<GpuView> from{b}, to{c};
+  const size_t before = r.barriers();
+  record_copies(r, from, to);  // reads b
+  EXPECT_EQ(r.barriers(), before + 1);
+  record_copy(r, a, b);  // writes b after the copy_many read it
+  EXPECT_EQ(r.barriers(), before + 2);
+  r.submit_and_wait();
+  EXPECT_EQ(read_vector<float>(c.buffer, n), values);
+}
+
+TEST_F(VulkanKernels, CopiesRejectMismatchedLists) {
+  const GpuView a = output(float32, {4}), b = output(float32, {5});
+  Recorder r(ctx());
+  const std::vector<GpuView> one{a}, none{};
+  EXPECT_THROW(record_copies(r, one, none), ValueError);
+  const std::vector<GpuView> other{b};
+  EXPECT_THROW(record_copies(r, one, other), ShapeError);
+  EXPECT_EQ(r.pending(), 0u);
 }
 
 }  // namespace

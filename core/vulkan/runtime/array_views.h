@@ -60,6 +60,11 @@ inline bool is_row_major(const GpuView& v) {
 /// of one dtype). Either view may be strided. Defined in facade.cpp.
 void record_copy_any(Recorder& r, const GpuView& src, const GpuView& dst);
 
+/// dst[i] = src[i] for every i, as record_copy_any does each, but in one dispatch for all the pairs
+/// of one dtype that are row-major and 4-byte aligned (where the device has buffer device
+/// addresses); a pair may not write a buffer another reads. Defined in facade.cpp.
+void record_copies(Recorder& r, std::span<const GpuView> src, std::span<const GpuView> dst);
+
 /// v with the dims listed in `axes` moved to the end, the others keeping their order.
 inline GpuView move_axes_to_end(GpuView v, std::span<const int> axes) {
   Shape shape;

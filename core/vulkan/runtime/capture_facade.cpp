@@ -1,5 +1,7 @@
 // Captured programs (core/vulkan/gpu_capture.h) on the Vulkan runtime: while capturing, this
 // thread's recorder is a capture-mode one, whose secondary command buffer becomes the program.
+#include <vector>
+
 #include "kiln/core/error.h"
 #include "kiln/core/vulkan/gpu_capture.h"
 #include "kiln/core/vulkan/runtime/array_views.h"
@@ -70,15 +72,24 @@ void run_captured(const std::shared_ptr<const CapturedProgram>& program, std::sp
       throw DtypeError::of(op, "an input's dtype differs from the capture's", "input {}", i);
   }
   vk::Recorder& r = vk::thread_recorder();
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].size() > 0) vk::record_copy_any(r, vk::array_view(inputs[i]), vk::array_view(slots_in[i]));
+  // Inputs in, the program, results out: the copies of each side in one dispatch (record_copies).
+  std::vector<vk::GpuView> from, to;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].size() == 0) continue;
+    from.push_back(vk::array_view(inputs[i]));
+    to.push_back(vk::array_view(slots_in[i]));
+  }
+  vk::record_copies(r, from, to);
   r.execute(program->commands);
+  from.clear();
+  to.clear();
   for (size_t j = 0; j < outputs.size(); ++j) {
     allocate(outputs[j]);
-    if (outputs[j].size() > 0)
-      vk::record_copy_any(r, vk::array_view(slots_out[j]),
-                          vk::array_out_view(outputs[j], outputs[j].shape()));
+    if (outputs[j].size() == 0) continue;
+    from.push_back(vk::array_view(slots_out[j]));
+    to.push_back(vk::array_out_view(outputs[j], outputs[j].shape()));
   }
+  vk::record_copies(r, from, to);
 }
 
 }  // namespace kiln::gpu

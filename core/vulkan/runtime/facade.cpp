@@ -14,6 +14,7 @@
 #include "kiln/core/vulkan/runtime/elementwise.h"
 #include "kiln/core/vulkan/runtime/kernels.h"
 #include "kiln/core/vulkan/runtime/memory.h"
+#include "kiln/core/vulkan/runtime/pipeline_cache.h"
 #include "kiln/core/vulkan/runtime/recorder.h"
 #include "kiln/core/vulkan/runtime/views.h"
 
@@ -93,6 +94,54 @@ void record_copy_any(Recorder& r, const GpuView& src, const GpuView& dst) {
   ElementwiseKernel k{
       .inputs = {src.dtype}, .compute = dst.dtype, .out = dst.dtype, .expr = "x0", .helpers = {}};
   record_elementwise(r, k, {&src, 1}, dst);
+}
+
+void record_copies(Recorder& r, std::span<const GpuView> src, std::span<const GpuView> dst) {
+  if (src.size() != dst.size())
+    throw ValueError::of("gpu copies", "as many destinations as sources", "{} and {}", src.size(),
+                         dst.size());
+  // One copy_many dispatch moves the pairs it can (same dtype, both row-major, whole 4-byte words at
+  // 4-byte addresses, on a device with buffer device addresses); each other pair is one command.
+  Context& ctx = r.context();
+  std::vector<uint32_t> table;
+  std::vector<Binding> touched;
+  uint64_t most_bytes = 0;
+  for (size_t i = 0; i < src.size(); ++i) {
+    const GpuView &s = src[i], &d = dst[i];
+    if (s.shape != d.shape)
+      throw ShapeError::of("gpu copies", "shapes differ", "pair {}: {} vs {}", i, s.shape, d.shape);
+    const uint64_t item = static_cast<uint64_t>(size_of(s.dtype));
+    const uint64_t bytes = static_cast<uint64_t>(numel(s.shape)) * item;
+    if (bytes == 0) continue;
+    const uint64_t from = s.buffer->address() + static_cast<uint64_t>(s.offset) * item;
+    const uint64_t to = d.buffer->address() + static_cast<uint64_t>(d.offset) * item;
+    const bool batched = s.buffer->address() != 0 && d.buffer->address() != 0 && s.dtype == d.dtype &&
+                         is_row_major(s) && is_row_major(d) && bytes % 4 == 0 && from % 4 == 0 &&
+                         to % 4 == 0 && bytes <= UINT32_MAX &&
+                         table.size() / 8 < ctx.caps().max_workgroup_count[1];
+    if (!batched) {
+      record_copy_any(r, s, d);
+      continue;
+    }
+    table.insert(table.end(),
+                 {static_cast<uint32_t>(from), static_cast<uint32_t>(from >> 32), static_cast<uint32_t>(to),
+                  static_cast<uint32_t>(to >> 32), static_cast<uint32_t>(bytes), 0, 0, 0});
+    touched.push_back({s.buffer, Access::read});
+    touched.push_back({d.buffer, Access::write});
+    most_bytes = std::max(most_bytes, bytes);
+  }
+  if (table.empty()) return;
+  // The table lives in mapped memory the host writes now; a fresh block per call, released when the
+  // work completes, so a table in flight is never overwritten.
+  const BufferPtr entries = ctx.upload_allocator().allocate(table.size() * sizeof(uint32_t));
+  std::memcpy(entries->mapped(), table.data(), table.size() * sizeof(uint32_t));
+  const uint32_t wg = workgroup_size(ctx);
+  // Enough workgroups along x for the largest entry's 16-byte words, at most 256 (they stride).
+  const uint64_t x = std::clamp<uint64_t>((most_bytes / 16 + wg - 1) / wg, 1, 256);
+  const Binding table_binding{entries, Access::read};
+  const uint32_t spec[] = {wg};
+  r.dispatch(builtin_shader("copy_many"), spec, std::span<const Binding>(&table_binding, 1), {},
+             Groups{static_cast<uint32_t>(x), static_cast<uint32_t>(table.size() / 8), 1}, touched);
 }
 
 }  // namespace kiln::detail::vk

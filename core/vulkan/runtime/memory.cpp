@@ -53,6 +53,8 @@ DeviceAllocator::DeviceAllocator(Context& ctx, Kind kind) : ctx_(ctx) {
   const VulkanApi& api = ctx.api();
   usage_ = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
   if (kind != Kind::staging) usage_ |= VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
+  if (kind != Kind::staging && ctx.caps().buffer_device_address)
+    usage_ |= VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
   alignment_ = std::max<VkDeviceSize>(kMinBlockBytes, ctx.caps().min_storage_offset_alignment);
   // The memory types a buffer of this usage may live in, from a probe buffer.
   VkBufferCreateInfo info{};
@@ -110,6 +112,12 @@ bool DeviceAllocator::create_dedicated(size_t bytes, Dedicated& out) {
   alloc.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
   alloc.allocationSize = req.size;
   alloc.memoryTypeIndex = memory_type_;
+  VkMemoryAllocateFlagsInfo flags{};
+  if (usage_ & VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT) {
+    flags.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO;
+    flags.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+    alloc.pNext = &flags;
+  }
   const VkResult r = api.vkAllocateMemory(dev, &alloc, nullptr, &out.memory);
   if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
     api.vkDestroyBuffer(dev, out.buffer, nullptr);
@@ -122,6 +130,13 @@ bool DeviceAllocator::create_dedicated(size_t bytes, Dedicated& out) {
   try {
     check(api.vkBindBufferMemory(dev, out.buffer, out.memory, 0), "vkBindBufferMemory");
     out.mapped = nullptr;
+    out.address = 0;
+    if (usage_ & VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT) {
+      VkBufferDeviceAddressInfo where{};
+      where.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO;
+      where.buffer = out.buffer;
+      out.address = api.vkGetBufferDeviceAddress(dev, &where);
+    }
     if (mapped_) {
       void* p = nullptr;
       check(api.vkMapMemory(dev, out.memory, 0, VK_WHOLE_SIZE, 0, &p), "vkMapMemory");
@@ -177,6 +192,7 @@ BufferPtr DeviceAllocator::allocate(size_t bytes) {
     b->buffer_ = d.buffer;
     b->own_memory_ = d.memory;
     b->mapped_ = d.mapped;
+    b->address_ = d.address;
   } else {
     const size_t cls = size_class(bytes);
     const size_t cap = kMinBlockBytes << cls;
@@ -204,7 +220,7 @@ BufferPtr DeviceAllocator::allocate(size_t bytes) {
                                 counters_.active_bytes, counters_.cache_bytes);
         auto slot = std::ranges::find_if(chunks_, [](const Chunk& c) { return !c.memory; });
         if (slot == chunks_.end()) slot = chunks_.insert(chunks_.end(), Chunk{});
-        *slot = Chunk{d.memory, d.buffer, d.mapped, kChunkBytes, 0, 0};
+        *slot = Chunk{d.memory, d.buffer, d.mapped, d.address, kChunkBytes, 0, 0};
         chosen = static_cast<int32_t>(slot - chunks_.begin());
       }
       Chunk& c = chunks_[chosen];
@@ -219,6 +235,7 @@ BufferPtr DeviceAllocator::allocate(size_t bytes) {
     b->offset_ = block.offset;
     b->capacity_ = cap;
     b->mapped_ = c.mapped ? c.mapped + block.offset : nullptr;
+    b->address_ = c.address ? c.address + block.offset : 0;
   }
   b->owner_ = this;
   counters_.active_bytes += b->capacity_;
@@ -231,7 +248,8 @@ void DeviceAllocator::release(DeviceBuffer& b) {
   counters_.active_bytes -= b.capacity_;
   counters_.cache_bytes += b.capacity_;
   if (b.chunk_ < 0) {
-    free_dedicated_.emplace(b.capacity_, Dedicated{b.own_memory_, b.buffer_, b.mapped_, ++releases_});
+    free_dedicated_.emplace(b.capacity_,
+                            Dedicated{b.own_memory_, b.buffer_, b.mapped_, b.address_, ++releases_});
     big_cache_bytes_ += b.capacity_;
     trim_locked(cache_limit_);
   } else {

@@ -45,6 +45,9 @@ class DeviceBuffer {
   std::byte* mapped() const { return mapped_; }
   /// Unique per block for the life of the process; the recorder tracks hazards by it.
   uint64_t id() const { return id_; }
+  /// The block's device address (shaders reach it through GL_EXT_buffer_reference), or 0 when the
+  /// device lacks bufferDeviceAddress.
+  VkDeviceAddress address() const { return address_; }
 
  private:
   friend class DeviceAllocator;
@@ -54,6 +57,7 @@ class DeviceBuffer {
   VkDeviceSize offset_ = 0;
   size_t size_ = 0, capacity_ = 0;
   std::byte* mapped_ = nullptr;
+  VkDeviceAddress address_ = 0;
   uint64_t id_ = 0;
   int32_t chunk_ = -1;  // index into owner's chunks_, -1 for a big buffer of its own
   VkDeviceMemory own_memory_ = VK_NULL_HANDLE;
@@ -99,6 +103,7 @@ class DeviceAllocator {
     VkDeviceMemory memory = VK_NULL_HANDLE;
     VkBuffer buffer = VK_NULL_HANDLE;
     std::byte* mapped = nullptr;
+    VkDeviceAddress address = 0;
     VkDeviceSize size = 0, used = 0;
     uint32_t blocks = 0;  // blocks carved from it that are live or on a free list
   };
@@ -110,6 +115,7 @@ class DeviceAllocator {
     VkDeviceMemory memory;
     VkBuffer buffer;
     std::byte* mapped;
+    VkDeviceAddress address = 0;
     uint64_t released = 0;  // release order, for trimming the least recently used first
   };
   void release(DeviceBuffer& b);

@@ -264,16 +264,18 @@ VkDescriptorSet Recorder::descriptor_set(uint32_t n, std::span<VkWriteDescriptor
 }
 
 void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec,
-                        std::span<const Binding> bindings, std::span<const std::byte> push, Groups groups) {
+                        std::span<const Binding> bindings, std::span<const std::byte> push, Groups groups,
+                        std::span<const Binding> addressed) {
   if (bindings.empty() || bindings.size() > Context::kMaxBindings)
     throw ValueError::of("vulkan dispatch", "between 1 and 12 (Context::kMaxBindings) bindings allowed",
                          "{} given for {}", bindings.size(), shader.name);
   if (push.size() > Context::kPushConstantBytes || push.size() % 4 != 0)
     throw ValueError::of("vulkan dispatch", "push constants must be a multiple of 4 bytes, at most 128",
                          "{} bytes for {}", push.size(), shader.name);
-  for (const Binding& b : bindings)
-    if (!b.buffer)
-      throw ValueError::of("vulkan dispatch", "a binding has no buffer", "shader {}", shader.name);
+  for (std::span<const Binding> list : {bindings, addressed})
+    for (const Binding& b : list)
+      if (!b.buffer)
+        throw ValueError::of("vulkan dispatch", "a binding has no buffer", "shader {}", shader.name);
   const uint32_t n = static_cast<uint32_t>(bindings.size());
   const Pipeline& pipeline = this->pipeline(shader, spec, n);
   begin_if_needed();
@@ -294,10 +296,10 @@ void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec
   // Push descriptors go into the command buffer itself: no set to allocate, write and bind.
   const VkDescriptorSet set = ctx_.caps().push_descriptor ? VK_NULL_HANDLE : descriptor_set(n, writes);
 
-  const bool hazard =
-      std::ranges::any_of(bindings, [&](const Binding& b) { return conflicts(b.buffer->id(), b.access); });
-  order(hazard, kCompute);
-  for (const Binding& b : bindings) note(b.buffer, b.access);
+  auto conflict = [&](const Binding& b) { return conflicts(b.buffer->id(), b.access); };
+  order(std::ranges::any_of(bindings, conflict) || std::ranges::any_of(addressed, conflict), kCompute);
+  for (std::span<const Binding> list : {bindings, addressed})
+    for (const Binding& b : list) note(b.buffer, b.access);
 
   if (pipeline.pipeline != bound_pipeline_) {
     api.vkCmdBindPipeline(frame_->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);

@@ -103,10 +103,11 @@ class Recorder {
 
   /// Records one dispatch of `shader` specialised with `spec` (constant i has id i), `bindings`
   /// at bindings 0.., `push` bytes (at most Context::kPushConstantBytes) as push constants.
-  /// Keeps the buffers alive until the work completes. Throws DeviceError (pipeline creation) or
-  /// ValueError (too many bindings or push bytes).
+  /// Keeps the buffers alive until the work completes. `addressed`: buffers the shader reaches
+  /// through device addresses instead of bindings, ordered and kept alive alike. Throws DeviceError
+  /// (pipeline creation) or ValueError (too many bindings or push bytes).
   void dispatch(const ShaderCode& shader, std::span<const uint32_t> spec, std::span<const Binding> bindings,
-                std::span<const std::byte> push, Groups groups);
+                std::span<const std::byte> push, Groups groups, std::span<const Binding> addressed = {});
   template <class Push>
   void dispatch(const ShaderCode& shader, std::initializer_list<uint32_t> spec,
                 std::initializer_list<Binding> bindings, const Push& push, Groups groups) {

@@ -41,6 +41,7 @@ namespace kiln::detail::vk {
   X(vkDestroyBuffer)                \
   X(vkGetBufferMemoryRequirements)  \
   X(vkBindBufferMemory)             \
+  X(vkGetBufferDeviceAddress)       \
   X(vkCreateSemaphore)              \
   X(vkDestroySemaphore)             \
   X(vkWaitSemaphores)               \
