@@ -117,7 +117,7 @@ bool Array::donate_from(const Array& source) {
 
 std::vector<Array> Array::inputs() const {
   std::lock_guard lock(node_->lock);
-  return node_->inputs;
+  return node_->inputs.get();
 }
 std::shared_ptr<const Primitive> Array::primitive() const {
   std::lock_guard lock(node_->lock);
@@ -132,7 +132,7 @@ int Array::output_index() const { return node_->position; }
 std::vector<Array> Array::outputs() const {
   std::shared_ptr<detail::SiblingGroup> g;
   std::shared_ptr<const Primitive> primitive;
-  std::vector<Array> inputs;
+  detail::NodeInputs inputs;
   {
     std::lock_guard lock(node_->lock);
     g = node_->group;
@@ -194,12 +194,13 @@ std::vector<Array> Array::make_many(std::vector<Shape> shapes, std::vector<Dtype
     return {make(std::move(shapes[0]), dtypes[0], std::move(primitive), std::move(inputs))};
   auto group = std::make_shared<detail::SiblingGroup>();
   const bool tracer = any_tracer(inputs);
+  const detail::NodeInputs shared_inputs(std::move(inputs));  // one list for every output
   std::vector<Array> out;
   for (size_t i = 0; i < shapes.size(); ++i) {
     auto n = std::make_shared<detail::ArrayNode>(shapes[i], dtypes[i]);
     n->tracer = tracer;
     n->primitive = primitive;
-    n->inputs = inputs;
+    n->inputs = shared_inputs;
     n->group = group;
     n->position = static_cast<int>(i);
     group->outputs.push_back(n);
@@ -229,22 +230,34 @@ void Array::from_bytes(const void* values, Dtype src, int64_t n, Shape shape, Dt
 
 namespace detail {
 
+const std::vector<Array> NodeInputs::kEmpty;
+
+std::vector<Array>* NodeInputs::sole_list() {
+  if (!list_ || list_.use_count() != 1) return nullptr;
+  acquire_sole_ownership(list_);  // siblings that read the list before letting go of it
+  return list_.get();
+}
+
 ArrayNode::~ArrayNode() {
-  if (inputs.empty()) return;
   // Release a long chain without recursion: steal the inputs of every node we hold the last
-  // reference to, so each destructor below runs with an empty input list.
+  // reference to, so each destructor below runs with an empty input list. A list that siblings
+  // still share is only let go of.
   std::vector<std::shared_ptr<ArrayNode>> stack;
-  for (Array& a : inputs) stack.push_back(std::move(const_cast<std::shared_ptr<ArrayNode>&>(a.node_ptr())));
-  inputs.clear();
+  auto steal = [&stack](NodeInputs& in) {
+    if (std::vector<Array>* list = in.sole_list())
+      for (Array& a : *list)
+        stack.push_back(std::move(const_cast<std::shared_ptr<ArrayNode>&>(a.node_ptr())));
+    in.clear();
+  };
+  if (inputs.empty()) return;
+  steal(inputs);
   while (!stack.empty()) {
     std::shared_ptr<ArrayNode> n = std::move(stack.back());
     stack.pop_back();
     // Nodes in a sibling group may be revived through a weak link; let them go the ordinary way.
     if (n && n.use_count() == 1 && !n->group) {
       acquire_sole_ownership(n);  // other threads read n->inputs before letting go of n
-      for (Array& a : n->inputs)
-        stack.push_back(std::move(const_cast<std::shared_ptr<ArrayNode>&>(a.node_ptr())));
-      n->inputs.clear();
+      steal(n->inputs);
     }
   }
 }

@@ -186,6 +186,34 @@ struct SiblingGroup {
   std::exception_ptr async_error;  // as ArrayNode::async_error, for the group (guarded by `lock`)
 };
 
+/// A node's input list, shared by the outputs of one multi-output primitive and never changed once
+/// built (a node lets go of it instead). Copying the list per output made Array::make_many quadratic:
+/// a captured GPT training step has about 160 outputs of about 170 inputs each.
+class NodeInputs {
+ public:
+  NodeInputs() = default;
+  NodeInputs(std::vector<Array> list)  // NOLINT: built from a list wherever one is assigned
+      : list_(list.empty() ? nullptr : std::make_shared<std::vector<Array>>(std::move(list))) {}
+
+  const std::vector<Array>& get() const { return list_ ? *list_ : kEmpty; }
+  operator const std::vector<Array>&() const { return get(); }  // NOLINT: primitives take the vector
+  size_t size() const { return list_ ? list_->size() : 0; }
+  bool empty() const { return size() == 0; }
+  const Array& operator[](size_t i) const { return (*list_)[i]; }
+  auto begin() const { return get().begin(); }
+  auto end() const { return get().end(); }
+  void clear() { list_.reset(); }
+  void swap(NodeInputs& other) noexcept { list_.swap(other.list_); }
+
+  /// The list itself, to take its arrays, when this is its only holder (see ArrayNode's
+  /// destructor), else null.
+  std::vector<Array>* sole_list();
+
+ private:
+  static const std::vector<Array> kEmpty;
+  std::shared_ptr<std::vector<Array>> list_;
+};
+
 struct ArrayNode {
   ArrayNode(Shape s, Dtype t) : shape(std::move(s)), dtype(t) { size = shape_size(shape); }
   ~ArrayNode();  // iterative: a 10^6-deep chain is released without recursion
@@ -200,7 +228,7 @@ struct ArrayNode {
   // Guarded by `lock` until state is available; then read-only.
   SpinLock lock;
   std::shared_ptr<const Primitive> primitive;
-  std::vector<Array> inputs;
+  NodeInputs inputs;
   std::shared_ptr<SiblingGroup> group;  // null for single-output primitives and leaves
 
   // Written once by the evaluating thread before `state` becomes available (release/acquire).

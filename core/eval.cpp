@@ -292,7 +292,7 @@ void wait_for_host(ArrayNode& n) {
 }
 
 void publish(ArrayNode& n, bool keep_graph) {
-  std::vector<Array> inputs;
+  NodeInputs inputs;
   std::shared_ptr<const Primitive> primitive;
   {
     std::lock_guard lock(n.lock);

@@ -302,6 +302,32 @@ TEST(ArrayGraph, MillionOpChainIsReleasedWithoutRecursion) {
   EXPECT_FALSE(x.valid());
 }
 
+TEST(ArrayGraph, OutputsOfOneOpShareOneInputList) {
+  // split's 40 outputs hold one list of its input, not a copy each: the input's node has two
+  // owners (x and the list), whatever the number of outputs.
+  const Array x = test::random_array({40, 3}, float32, 11);
+  std::vector<Array> parts = split(x, 40);
+  ASSERT_EQ(parts.size(), 40u);
+  EXPECT_EQ(x.node_ptr().use_count(), 2);
+  for (const Array& p : parts) {
+    ASSERT_EQ(p.inputs().size(), 1u);
+    EXPECT_EQ(p.inputs()[0].node_ptr(), x.node_ptr());
+  }
+  // Dropping outputs in any order keeps the list for the others. Before evaluation, outputs()
+  // recreates a dropped one, with the same list; every output then evaluates to its rows.
+  for (size_t i = 0; i < parts.size(); i += 2) parts[i] = Array();
+  EXPECT_EQ(x.node_ptr().use_count(), 2);
+  parts = parts[1].outputs();
+  ASSERT_EQ(parts.size(), 40u);
+  EXPECT_EQ(x.node_ptr().use_count(), 2);
+  const std::vector<double> want = x.to_vector<double>();
+  for (size_t i = 0; i < parts.size(); ++i)
+    EXPECT_EQ(parts[i].to_vector<double>(),
+              std::vector<double>(want.begin() + 3 * i, want.begin() + 3 * i + 3));
+  parts.clear();
+  EXPECT_EQ(x.node_ptr().use_count(), 1);
+}
+
 // ---------------------------------------------------------------- memory
 
 TEST(ArrayMemory, DonationReusesTheBufferOfAnUnnamedTemporary) {
