@@ -124,6 +124,16 @@ void Module::train(bool training) {
 }
 
 namespace detail {
+void ModuleAccess::assign(Module& m, const std::vector<std::pair<std::string, ParameterInfo*>>& slots,
+                          std::span<const Array> values) {
+  if (values.size() != slots.size())
+    throw ValueError::of("Module::update", "one value per slot needed", "{} values for {} slots",
+                         values.size(), slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) slots[i].second->value_ = values[i];
+  if (!slots.empty())
+    for (auto& [key, child] : m.named_modules()) child->on_update();
+}
+
 std::vector<std::pair<std::string, ParameterInfo*>> ModuleAccess::slots(Module& root, bool trainable_only) {
   // Slots in declaration order, a child's parameters where the child is declared; an explicit
   // stack of (prefix, module, next slot) frames instead of recursion.

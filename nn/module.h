@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -231,6 +232,10 @@ namespace detail {
 struct ModuleAccess {
   /// The parameter slots with a value, by dotted key, in declaration order.
   static std::vector<std::pair<std::string, ParameterInfo*>> slots(Module& m, bool trainable_only);
+  /// Gives slots[i] the value values[i], unchecked, then runs on_update() on every module of `m`:
+  /// Module::update with Verify::none, for slots just taken from `m` (CompiledStep's commit).
+  static void assign(Module& m, const std::vector<std::pair<std::string, ParameterInfo*>>& slots,
+                     std::span<const Array> values);
 };
 }  // namespace detail
 

@@ -1,6 +1,7 @@
 #include "kiln/optim/compiled_step.h"
 
 #include <cmath>
+#include <span>
 
 #include "kiln/core/error.h"
 #include "kiln/core/ops/cast.h"
@@ -48,23 +49,20 @@ Array CompiledStep::operator()(const std::vector<Array>& batch) {
   constexpr const char* op = "CompiledStep";
   const auto slots = nn::detail::ModuleAccess::slots(model_, /*trainable_only=*/true);
   if (slots.empty()) throw ValueError::of(op, "the model has no trainable parameters");
-  std::vector<std::string> keys;
-  ParamTree params;
-  for (const auto& [key, info] : slots) {
-    keys.push_back(key);
-    params.set(key, info->value());
-  }
   // State for parameters that have none yet (with init's checks); a step's own state needs none.
-  for (const std::string& key : keys)
+  for (const auto& [key, info] : slots)
     if (!opt_.counts_.contains(key)) {
+      nn::ParamTree params;
+      for (const auto& [k, i] : slots) params.set(k, i->value());
       opt_.init(params);
       break;
     }
-  const int64_t count = opt_.counts_.at(keys[0]) + 1;
-  for (const std::string& key : keys)
+  const int64_t count = opt_.counts_.at(slots[0].first) + 1;
+  for (const auto& [key, info] : slots)
     if (opt_.counts_.at(key) + 1 != count)
       throw NotImplemented::of(op, "parameters stepped different numbers of times",
-                               "'{}' has {} steps, '{}' {}", keys[0], count - 1, key, opt_.counts_.at(key));
+                               "'{}' has {} steps, '{}' {}", slots[0].first, count - 1, key,
+                               opt_.counts_.at(key));
   const double lr = opt_.learning_rate();
   if (!(lr >= 0) || !std::isfinite(lr))
     throw ValueError::of(op, "the learning rate must be >= 0 and finite", "{} at step {}", lr, opt_.step());
@@ -73,42 +71,63 @@ Array CompiledStep::operator()(const std::vector<Array>& batch) {
     throw NotImplemented::of(op, "this optimizer has no compiled step yet (Adam and AdamW do)", "{}",
                              opt_.name());
 
-  std::vector<std::vector<std::string>> slot_names;
-  for (const std::string& key : keys) {
-    std::vector<std::string> names;
-    for (const Optimizer::Slot& s : opt_.slots(params.at(key).shape())) names.push_back(s.name);
-    slot_names.push_back(std::move(names));
-  }
-  if (!fn_ || keys != keys_ || slot_names != slot_names_ || batch.size() != batch_size_ ||
-      scalars.size() != scalar_count_) {
+  // The keys, shapes and slot names (with the state's keys built from them) are worked out again
+  // only when the trainable parameters change: strings and maps were most of a replayed step's
+  // host time. The step is traced again when the keys, the slot names or the batch's size change.
+  bool same_params = slots.size() == keys_.size();
+  for (size_t i = 0; same_params && i < slots.size(); ++i)
+    same_params = slots[i].first == keys_[i] && slots[i].second->value().shape() == shapes_[i];
+  bool retrace = !fn_ || batch.size() != batch_size_ || scalars.size() != scalar_count_;
+  if (!same_params) {
+    std::vector<std::string> keys;
+    std::vector<Shape> shapes;
+    std::vector<std::vector<std::string>> slot_names;
+    for (const auto& [key, info] : slots) {
+      keys.push_back(key);
+      shapes.push_back(info->value().shape());
+      std::vector<std::string> names;
+      for (const Optimizer::Slot& s : opt_.slots(shapes.back())) names.push_back(s.name);
+      slot_names.push_back(std::move(names));
+    }
+    retrace = retrace || keys != keys_ || slot_names != slot_names_;
     keys_ = std::move(keys);
+    shapes_ = std::move(shapes);
     slot_names_ = std::move(slot_names);
+    state_keys_.clear();
+    step_keys_.clear();
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      std::vector<std::string> state_keys;
+      for (const std::string& name : slot_names_[i]) state_keys.push_back(slot_key(keys_[i], name));
+      state_keys_.push_back(std::move(state_keys));
+      step_keys_.push_back(slot_key(keys_[i], "step"));
+    }
+  }
+  if (retrace) {
     batch_size_ = batch.size();
     scalar_count_ = scalars.size();
     fn_ = compile([this](const std::vector<Array>& in) { return traced_step(in); });
   }
 
   std::vector<Array> inputs;
-  for (const std::string& key : keys_) inputs.push_back(params.at(key));
-  for (size_t i = 0; i < keys_.size(); ++i)
-    for (const std::string& name : slot_names_[i]) inputs.push_back(opt_.state_.at(slot_key(keys_[i], name)));
+  for (const auto& [key, info] : slots) inputs.push_back(info->value());
+  for (const auto& state_keys : state_keys_)
+    for (const std::string& key : state_keys) inputs.push_back(opt_.state_.at(key));
   inputs.insert(inputs.end(), batch.begin(), batch.end());
   // In the first parameter's dtype (converted per parameter in the trace when they differ).
-  for (double s : scalars) inputs.push_back(Array(s, params.at(keys_[0]).dtype()));
+  const Dtype scalar_dtype = slots[0].second->value().dtype();
+  for (double s : scalars) inputs.push_back(Array(s, scalar_dtype));
   const std::vector<Array> out = (*fn_)(inputs);
 
-  // Commit, as Optimizer::apply and Module::update would.
-  ParamTree new_params;
-  for (size_t i = 0; i < keys_.size(); ++i) new_params.set(keys_[i], out[1 + i]);
-  size_t at = 1 + keys_.size();
-  ParamTree state = opt_.state_;
-  for (size_t i = 0; i < keys_.size(); ++i) {
-    for (const std::string& name : slot_names_[i]) state.set(slot_key(keys_[i], name), out[at++]);
-    state.set(slot_key(keys_[i], "step"), Array(count));
+  // Commit, as Optimizer::apply and Module::update would (nothing below can fail but allocation).
+  const size_t n = keys_.size();
+  nn::detail::ModuleAccess::assign(model_, slots, std::span(out).subspan(1, n));
+  size_t at = 1 + n;
+  const Array step_count(count);
+  for (size_t i = 0; i < n; ++i) {
+    for (const std::string& key : state_keys_[i]) opt_.state_.set(key, out[at++]);
+    opt_.state_.set(step_keys_[i], step_count);
   }
-  state.set("step", Array(opt_.step_ + 1));
-  model_.update(new_params, nn::Verify::none);
-  opt_.state_ = std::move(state);
+  opt_.state_.set("step", Array(opt_.step_ + 1));
   ++opt_.step_;
   for (const std::string& key : keys_) opt_.counts_[key] = count;
   return out[0];

@@ -49,6 +49,11 @@ class CompiledStep {
   // What fn_ was traced for: the trainable keys and each one's slot names; the batch's size.
   std::vector<std::string> keys_;
   std::vector<std::vector<std::string>> slot_names_;
+  // For the trainable parameters of the last call: their shapes, and the keys of their state in
+  // the optimizer ("<key>.<slot>", "<key>.step").
+  std::vector<Shape> shapes_;
+  std::vector<std::vector<std::string>> state_keys_;
+  std::vector<std::string> step_keys_;
   size_t batch_size_ = 0, scalar_count_ = 0;
   std::optional<CompiledFunction> fn_;
 };

@@ -100,6 +100,38 @@ TEST(CompiledStep, FreezingAParameterTracesAgain) {
   EXPECT_EQ(opt.step(), 2);
 }
 
+// A module with an on_update() hook and a parameter whose shape a test changes.
+struct Scaled : nn::Module {
+  nn::ParameterInfo weight{this, "weight", test::random_array({6, 4}, float32, 21)};
+  int updates = 0;
+  Array operator()(const Array& x) const { return matmul(x, weight.value()); }
+
+ protected:
+  void on_update() override { ++updates; }
+};
+
+TEST(CompiledStep, CommitsRunUpdateHooksAndAStaleStateShapeCommitsNothing) {
+  Scaled m;
+  optim::Adam opt({.lr = 1e-2});
+  Array x = test::random_array({3, 6}, float32, 22);
+  optim::CompiledStep step(m, opt, [&](const std::vector<Array>& b) { return sum(square(m(b[0]))); });
+  for (int i = 0; i < 3; ++i) step({x}).eval();
+  EXPECT_EQ(m.updates, 3);  // once per step, as Module::update does
+  EXPECT_EQ(opt.state().at("weight.step").item<int64_t>(), 3);
+  // The same key with another shape, while the optimizer holds state of the old one: an error,
+  // and nothing is committed. Back at the old shape, the step goes on from that state.
+  m.weight.reset(test::random_array({6, 2}, float32, 23));
+  const Array narrow = m.weight.value();
+  EXPECT_THROW(step({x}), Error);
+  EXPECT_EQ(m.weight.value().id(), narrow.id());
+  EXPECT_EQ(opt.step(), 3);
+  EXPECT_EQ(m.updates, 3);
+  m.weight.reset(test::random_array({6, 4}, float32, 24));
+  step({x}).eval();
+  EXPECT_EQ(opt.state().at("weight.step").item<int64_t>(), 4);
+  EXPECT_EQ(m.updates, 4);
+}
+
 TEST(CompiledStep, OptimizersWithoutACompiledFormAreRefused) {
   random::seed(5);
   TwinMlps s;
