@@ -127,7 +127,7 @@ namespace detail {
 void ModuleAccess::assign(Module& m, const std::vector<std::pair<std::string, ParameterInfo*>>& slots,
                           std::span<const Array> values) {
   if (values.size() != slots.size())
-    throw ValueError::of("Module::update", "one value per slot needed", "{} values for {} slots",
+    throw ValueError::of("ModuleAccess::assign", "one value per slot needed", "{} values for {} slots",
                          values.size(), slots.size());
   for (size_t i = 0; i < slots.size(); ++i) slots[i].second->value_ = values[i];
   if (!slots.empty())
