@@ -365,6 +365,10 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
   // The MLP's (784-512-512-10, batch 128): few output tiles, K 512 or 784.
   sweep_splits({"64", "64w", "32"}, {1, 2, 4, 8}, {{128, 512, 784, 1, 0}, {128, 512, 512, 1, 0}});
   sweep_splits({"128x64", "64", "64w", "32"}, {1, 2, 4, 8, 16}, {shapes[4], shapes[5]});
+  // The GPT's narrow products (4096 x 256: 256 tiles, two per compute unit) at K 256 and 1024,
+  // and the same as 32 batches of 128 rows (a linear layer on (B, T, C) with a broadcast weight).
+  sweep_splits({"64w", "64"}, {2, 3, 4, 6, 8},
+               {shapes[1], shapes[3], {128, 256, 256, 32, 0}, {128, 256, 1024, 32, 0}, shapes[0], shapes[2]});
   return true;
 }();
 

@@ -403,10 +403,53 @@ TEST_F(VulkanTest, ProfilingTimesEachDispatchByShader) {
   const std::string report = profile_report();
   EXPECT_NE(report.find("copy"), std::string::npos) << report;
   EXPECT_NE(report.find(" 2 "), std::string::npos) << report;  // two dispatches of one shader
+  // KILN_VULKAN_PROFILE=groups (the profile_groups pass) keys them by their workgroup counts too.
+  if (profiling_by_groups())
+    EXPECT_NE(report.find("copy_u32 ["), std::string::npos) << report;
+  else
+    EXPECT_EQ(report.find("copy_u32 ["), std::string::npos) << report;
   EXPECT_EQ(read_vector<float>(z, n), read_vector<float>(x, n));
   // Untimed recordings add nothing.
   profile_clear();
   record_copy_floats(r, x, y, n);
+  r.submit_and_wait();
+  EXPECT_EQ(profile_report(), "");
+}
+
+TEST_F(VulkanTest, ProfilingTimesTheDispatchesOfACapturedProgram) {
+  if (ctx().caps().timestamp_period == 0) GTEST_SKIP() << "the device writes no timestamps on compute queues";
+  const int64_t n = 1 << 16;
+  BufferPtr x = upload_vector(random_floats(n, -1, 1, 10));
+  BufferPtr y = ctx().allocator().allocate(n * 4), z = ctx().allocator().allocate(n * 4);
+  profile_clear();
+  set_profiling(true);
+  Recorder capture(ctx(), Recorder::Mode::capture);
+  record_copy_floats(capture, x, y, n);
+  record_copy_floats(capture, y, z, n);
+  const auto program = capture.finish_capture();
+  Recorder r(ctx());
+  for (int i = 0; i < 3; ++i) {
+    r.execute(program);
+    r.submit_and_wait();
+  }
+  set_profiling(false);
+  const std::string report = profile_report();
+  auto row = [&](const std::string& name) {
+    const size_t at = report.find("\n" + name + " ");
+    return at == std::string::npos ? std::string()
+                                   : report.substr(at + 1, report.find('\n', at + 1) - at - 1);
+  };
+  // Three replays of two dispatches each, timed inside the program, and the program as one row.
+  const std::string inside = row(std::string(kCapturedPrefix) + "copy_u32");
+  ASSERT_FALSE(inside.empty()) << report;
+  EXPECT_NE(inside.find(" 6 "), std::string::npos) << inside;
+  const std::string whole = row("captured program");
+  ASSERT_FALSE(whole.empty()) << report;
+  EXPECT_NE(whole.find(" 3 "), std::string::npos) << whole;
+  EXPECT_EQ(read_vector<float>(z, n), read_vector<float>(x, n));
+  // Replayed without profiling, the program adds nothing.
+  profile_clear();
+  r.execute(program);
   r.submit_and_wait();
   EXPECT_EQ(profile_report(), "");
 }
@@ -512,6 +555,32 @@ TEST_F(VulkanTest, PipelinesAreCachedByDigest) {
   EXPECT_NE(p3.pipeline, p1.pipeline);
   EXPECT_EQ(cache.created(), 2u);
   EXPECT_THROW(builtin_shader("no_such_shader"), NotImplemented);
+}
+
+TEST_F(VulkanTest, PipelineStatisticsOnlyWhenAsked) {
+  const ShaderCode& copy = builtin_shader("copy_u32");
+  const uint32_t spec[] = {64, 0};
+  auto plain = Context::create(private_options());
+  EXPECT_FALSE(plain->caps().pipeline_stats);
+  EXPECT_TRUE(plain->pipelines().statistics(plain->pipelines().get({&copy, spec, 2})).empty());
+
+  ContextOptions o = private_options();
+  o.pipeline_stats = true;
+  auto own = Context::create(o);
+  if (!own->caps().pipeline_stats)
+    GTEST_SKIP() << own->caps().name << " lacks pipeline executable statistics";
+  ::testing::internal::CaptureStderr();
+  const Pipeline& p = own->pipelines().get({&copy, spec, 2});
+  const std::string printed = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(printed.find("kiln: pipeline copy_u32 spec [64 0]: "), std::string::npos) << printed;
+  const auto stats = own->pipelines().statistics(p);
+  ASSERT_FALSE(stats.empty());
+  for (const PipelineStatistic& s : stats) {
+    EXPECT_FALSE(s.name.empty());
+    EXPECT_NE(printed.find(s.name), std::string::npos) << s.name;
+  }
+  // Some count of the compiled code (instructions, registers) is positive.
+  EXPECT_TRUE(std::ranges::any_of(stats, [](const PipelineStatistic& s) { return s.value > 0; }));
 }
 
 TEST_F(VulkanTest, PipelineCreationIsThreadSafe) {

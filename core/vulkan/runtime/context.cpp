@@ -287,6 +287,7 @@ ContextOptions ContextOptions::from_env() {
   o.force_staging = env_flag("KILN_VULKAN_FORCE_STAGING");
   o.disable_coopmat = env_flag("KILN_VULKAN_DISABLE_COOPMAT");
   o.disable_push_descriptors = env_flag("KILN_VULKAN_DISABLE_PUSH_DESCRIPTORS");
+  o.pipeline_stats = env_flag("KILN_VULKAN_PIPELINE_STATS");
   if (const char* v = std::getenv("KILN_VULKAN_SUBMIT_CHUNK"); v && *v) {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
@@ -357,6 +358,16 @@ Context::Context(const ContextOptions& options) : options_(options) {
                                               : kDefaultSubmitChunk;
     caps_.push_descriptor = !options.disable_push_descriptors &&
                             has_extension(*api_, instance_, physical_, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    if (options.pipeline_stats &&
+        has_extension(*api_, instance_, physical_, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME)) {
+      VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR offered{};
+      offered.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR;
+      VkPhysicalDeviceFeatures2 features{};
+      features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+      features.pNext = &offered;
+      api_->vkGetPhysicalDeviceFeatures2(physical_, &features);
+      caps_.pipeline_stats = offered.pipelineExecutableInfo == VK_TRUE;
+    }
     if (options.force_staging) caps_.unified_memory = false;
 
     uint32_t n = 0;
@@ -393,6 +404,14 @@ Context::Context(const ContextOptions& options) : options_(options) {
       extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
     }
     if (caps_.push_descriptor) extensions.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executables{};
+    executables.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR;
+    if (caps_.pipeline_stats) {
+      executables.pipelineExecutableInfo = VK_TRUE;
+      executables.pNext = enabled.features.pNext;
+      enabled.features.pNext = &executables;
+      extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    }
 
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue_info{};
@@ -413,6 +432,14 @@ Context::Context(const ContextOptions& options) : options_(options) {
       api_->vkCmdPushDescriptorSetKHR = reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(
           api_->vkGetDeviceProcAddr(device_, "vkCmdPushDescriptorSetKHR"));
       caps_.push_descriptor = api_->vkCmdPushDescriptorSetKHR != nullptr;
+    }
+    if (caps_.pipeline_stats) {
+      api_->vkGetPipelineExecutablePropertiesKHR = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
+          api_->vkGetDeviceProcAddr(device_, "vkGetPipelineExecutablePropertiesKHR"));
+      api_->vkGetPipelineExecutableStatisticsKHR = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
+          api_->vkGetDeviceProcAddr(device_, "vkGetPipelineExecutableStatisticsKHR"));
+      caps_.pipeline_stats =
+          api_->vkGetPipelineExecutablePropertiesKHR && api_->vkGetPipelineExecutableStatisticsKHR;
     }
     api_->vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
 

@@ -33,6 +33,10 @@ struct ContextOptions {
   /// 4n, ... (at most Recorder::kMaxChunk) more, as it is recorded; 0 submits each recording once,
   /// at its end. -1: Context::kDefaultSubmitChunk on a GPU, 0 on a CPU device (lavapipe)
   int submit_chunk = -1;
+  /// KILN_VULKAN_PIPELINE_STATS=1: enable VK_KHR_pipeline_executable_properties where the device
+  /// has it and print each new pipeline's compiler statistics (registers, shared memory, ...) to
+  /// stderr, to see what limits a kernel's occupancy on a real GPU.
+  bool pipeline_stats = false;
   /// The options the environment asks for.
   static ContextOptions from_env();
 };
@@ -75,6 +79,9 @@ struct DeviceCaps {
   /// VK_KHR_push_descriptor is enabled: a dispatch pushes its bindings into the command buffer
   /// (vkCmdPushDescriptorSetKHR) instead of allocating and writing a descriptor set.
   bool push_descriptor = false;
+  /// VK_KHR_pipeline_executable_properties is enabled (options.pipeline_stats and the device has it):
+  /// pipelines are created with their statistics captured (PipelineCache::statistics).
+  bool pipeline_stats = false;
   bool is_cpu() const { return type == VK_PHYSICAL_DEVICE_TYPE_CPU; }
 };
 

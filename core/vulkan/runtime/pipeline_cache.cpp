@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include <fmt/format.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -168,6 +169,7 @@ const Pipeline& PipelineCache::get(const PipelineKey& key) {
   info.stage.pName = "main";
   info.stage.pSpecializationInfo = map.empty() ? nullptr : &spec;
   info.layout = ctx_.pipeline_layout(key.bindings);
+  if (ctx_.caps().pipeline_stats) info.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
   auto entry = std::make_unique<Entry>(Entry{key.shader->digest,
                                              {key.spec.begin(), key.spec.end()},
                                              key.bindings,
@@ -193,7 +195,77 @@ const Pipeline& PipelineCache::get(const PipelineKey& key) {
   it->second = std::move(entry);
   ++created_;
   dirty_ = true;
+  if (ctx_.caps().pipeline_stats) print_statistics(key, it->second->pipeline);
   return it->second->pipeline;
+}
+
+namespace {
+// Vulkan's two-call idiom: the count, then the items, each with its sType set.
+template <class T, class Query>
+std::vector<T> enumerate(VkStructureType type, Query query, const char* what) {
+  uint32_t n = 0;
+  check(query(&n, nullptr), what);
+  std::vector<T> items(n);
+  for (T& item : items) item.sType = type;
+  check(query(&n, items.data()), what);
+  items.resize(n);
+  return items;
+}
+}  // namespace
+
+std::vector<PipelineStatistic> PipelineCache::statistics(const Pipeline& pipeline) const {
+  std::vector<PipelineStatistic> out;
+  if (!ctx_.caps().pipeline_stats) return out;
+  const VulkanApi& api = ctx_.api();
+  VkPipelineInfoKHR info{};
+  info.sType = VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR;
+  info.pipeline = pipeline.pipeline;
+  const auto executables = enumerate<VkPipelineExecutablePropertiesKHR>(
+      VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR,
+      [&](uint32_t* n, VkPipelineExecutablePropertiesKHR* items) {
+        return api.vkGetPipelineExecutablePropertiesKHR(ctx_.device(), &info, n, items);
+      },
+      "vkGetPipelineExecutablePropertiesKHR");
+  for (uint32_t i = 0; i < executables.size(); ++i) {
+    VkPipelineExecutableInfoKHR which{};
+    which.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR;
+    which.pipeline = pipeline.pipeline;
+    which.executableIndex = i;
+    const auto stats = enumerate<VkPipelineExecutableStatisticKHR>(
+        VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR,
+        [&](uint32_t* n, VkPipelineExecutableStatisticKHR* items) {
+          return api.vkGetPipelineExecutableStatisticsKHR(ctx_.device(), &which, n, items);
+        },
+        "vkGetPipelineExecutableStatisticsKHR");
+    for (const VkPipelineExecutableStatisticKHR& s : stats) {
+      double v = 0;
+      switch (s.format) {
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+          v = s.value.b32 ? 1 : 0;
+          break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+          v = static_cast<double>(s.value.i64);
+          break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+          v = static_cast<double>(s.value.u64);
+          break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR:
+          v = s.value.f64;
+          break;
+        default:
+          continue;
+      }
+      out.push_back({executables[i].name, s.name, v});
+    }
+  }
+  return out;
+}
+
+void PipelineCache::print_statistics(const PipelineKey& key, const Pipeline& pipeline) const {
+  std::string line;
+  for (const PipelineStatistic& s : statistics(pipeline))
+    line += fmt::format("{}{} {}", line.empty() ? "" : ", ", s.name, s.value);
+  fmt::print(stderr, "kiln: pipeline {} spec [{}]: {}\n", key.shader->name, fmt::join(key.spec, " "), line);
 }
 
 bool PipelineCache::save() {

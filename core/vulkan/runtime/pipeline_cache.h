@@ -45,6 +45,14 @@ struct Pipeline {
   uint32_t bindings = 0;
 };
 
+/// One compiler statistic of a pipeline's executable (VK_KHR_pipeline_executable_properties), as
+/// the driver names it: NVIDIA's "Register Count", lavapipe's instruction counts, ...
+struct PipelineStatistic {
+  std::string executable;  ///< the driver's name for the compiled stage
+  std::string name;
+  double value = 0;  ///< booleans as 0 / 1
+};
+
 class PipelineCache {
  public:
   /// Loads `<cache_dir>/<file_name()>` when it exists and matches the device (a file that does
@@ -70,6 +78,10 @@ class PipelineCache {
   size_t loaded_bytes() const { return loaded_bytes_; }
   /// Pipelines created (misses) so far.
   size_t created() const;
+  /// The compiler's statistics for a pipeline made here, when the context captures them
+  /// (DeviceCaps::pipeline_stats); empty otherwise. With ContextOptions::pipeline_stats each new
+  /// pipeline's are also printed to stderr, one line per pipeline.
+  std::vector<PipelineStatistic> statistics(const Pipeline& pipeline) const;
 
  private:
   struct Entry {
@@ -78,6 +90,8 @@ class PipelineCache {
     uint32_t bindings;
     Pipeline pipeline;
   };
+  void print_statistics(const PipelineKey& key, const Pipeline& pipeline) const;
+
   Context& ctx_;
   std::filesystem::path path_;
   VkPipelineCache cache_ = VK_NULL_HANDLE;

@@ -36,17 +36,23 @@ Profile& profile() {
   return p;
 }
 
+bool env_is(const char* value) {
+  const char* v = std::getenv("KILN_VULKAN_PROFILE");
+  return v && std::strcmp(v, value) == 0;
+}
+
 std::atomic<bool>& enabled() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("KILN_VULKAN_PROFILE");
-    return v && std::strcmp(v, "1") == 0;
-  }()};
+  static std::atomic<bool> on{env_is("1") || env_is("groups")};
   return on;
 }
 
 }  // namespace
 
 bool profiling() { return enabled().load(std::memory_order_relaxed); }
+bool profiling_by_groups() {
+  static const bool by_groups = env_is("groups");
+  return by_groups;
+}
 void set_profiling(bool on) { enabled().store(on, std::memory_order_relaxed); }
 
 void profile_add(std::string_view shader, double seconds) {
@@ -68,13 +74,16 @@ std::string format_report(Profile& p) {
     std::lock_guard lock(p.mutex);
     for (const auto& [name, e] : p.entries) {
       rows.emplace_back(name, e);
-      total += e.seconds;
+      // A replayed program's own dispatches are inside its "captured program" row already.
+      if (!name.starts_with(kCapturedPrefix)) total += e.seconds;
     }
   }
   if (rows.empty()) return {};
   std::ranges::sort(rows, [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-  std::string s =
-      fmt::format("kiln GPU time by shader (KILN_VULKAN_PROFILE=1): {:.3f} ms in all\n", total * 1e3);
+  std::string s = fmt::format(
+      "kiln GPU time by shader (KILN_VULKAN_PROFILE): {:.3f} ms in all (\"{}\" rows: inside \"captured "
+      "program\")\n",
+      total * 1e3, kCapturedPrefix);
   s += fmt::format("{:<32} {:>10} {:>12} {:>10} {:>7}\n", "shader", "dispatches", "total ms", "mean us",
                    "share");
   for (const auto& [name, e] : rows)

@@ -1,6 +1,9 @@
 #include "kiln/core/vulkan/runtime/recorder.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <utility>
 
 #include "kiln/core/error.h"
 #include "kiln/core/vulkan/runtime/context.h"
@@ -43,7 +46,10 @@ CapturedCommands::CapturedCommands(Context& ctx, std::unique_ptr<Frame> frame, s
                                    size_t commands)
     : ctx_(ctx), frame_(std::move(frame)), buffers_(std::move(buffers)), commands_(commands) {}
 
-CapturedCommands::~CapturedCommands() { ctx_.destroy_frame(std::move(frame_)); }
+CapturedCommands::~CapturedCommands() {
+  ctx_.destroy_frame(std::move(frame_));
+  if (timestamps_) ctx_.api().vkDestroyQueryPool(ctx_.device(), timestamps_, nullptr);
+}
 
 Recorder::Recorder(Context& ctx, Mode mode) : ctx_(ctx), mode_(mode), chunk_size_(ctx.submit_chunk()) {}
 
@@ -81,7 +87,19 @@ void Recorder::reset() {
   clear_touched();
   keep_alive_.clear();
   timed_shaders_.clear();
+  timed_programs_.clear();
   timing_ = false;
+}
+
+VkQueryPool Recorder::timestamp_pool() {
+  if (!timestamps_) {
+    VkQueryPoolCreateInfo info{};
+    info.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+    info.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    info.queryCount = 2 * kMaxTimedDispatches;
+    check(ctx_.api().vkCreateQueryPool(ctx_.device(), &info, nullptr, &timestamps_), "vkCreateQueryPool");
+  }
+  return timestamps_;
 }
 
 void Recorder::begin_if_needed() {
@@ -103,30 +121,28 @@ void Recorder::begin_if_needed() {
   visible_stages_ = kAllStages;
   bound_pipeline_ = VK_NULL_HANDLE;
 
-  // Timestamps are written by primaries only: a replayed program is timed as one command.
-  timing_ = !capture && profiling() && ctx_.caps().timestamp_period > 0;
-  if (timing_) {
-    if (!timestamps_) {
-      VkQueryPoolCreateInfo info{};
-      info.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
-      info.queryType = VK_QUERY_TYPE_TIMESTAMP;
-      info.queryCount = 2 * kMaxTimedDispatches;
-      check(ctx_.api().vkCreateQueryPool(ctx_.device(), &info, nullptr, &timestamps_), "vkCreateQueryPool");
-    }
-    ctx_.api().vkCmdResetQueryPool(frame_->cmd, timestamps_, 0, 2 * kMaxTimedDispatches);
-  }
+  // A captured program resets its own pool each time it runs (finish_capture hands the pool over).
+  timing_ = profiling() && ctx_.caps().timestamp_period > 0;
+  if (timing_) ctx_.api().vkCmdResetQueryPool(frame_->cmd, timestamp_pool(), 0, 2 * kMaxTimedDispatches);
 }
 
 void Recorder::collect_timings() {
-  if (timed_shaders_.empty()) return;
-  std::vector<uint64_t> ticks(2 * timed_shaders_.size());
-  check(ctx_.api().vkGetQueryPoolResults(ctx_.device(), timestamps_, 0, static_cast<uint32_t>(ticks.size()),
-                                         ticks.size() * sizeof(uint64_t), ticks.data(), sizeof(uint64_t),
-                                         VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
-        "vkGetQueryPoolResults");
   const double period = ctx_.caps().timestamp_period * 1e-9;
-  for (size_t i = 0; i < timed_shaders_.size(); ++i)
-    profile_add(timed_shaders_[i], static_cast<double>(ticks[2 * i + 1] - ticks[2 * i]) * period);
+  auto add = [&](VkQueryPool pool, std::span<const std::string> shaders, std::string_view prefix) {
+    if (shaders.empty()) return;
+    std::vector<uint64_t> ticks(2 * shaders.size());
+    check(ctx_.api().vkGetQueryPoolResults(ctx_.device(), pool, 0, static_cast<uint32_t>(ticks.size()),
+                                           ticks.size() * sizeof(uint64_t), ticks.data(), sizeof(uint64_t),
+                                           VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+          "vkGetQueryPoolResults");
+    for (size_t i = 0; i < shaders.size(); ++i)
+      profile_add(prefix.empty() ? shaders[i] : fmt::format("{}{}", prefix, shaders[i]),
+                  static_cast<double>(ticks[2 * i + 1] - ticks[2 * i]) * period);
+  };
+  add(timestamps_, timed_shaders_, "");
+  // A replayed program's dispatches, apart from the eager ones.
+  for (const auto& program : timed_programs_)
+    add(program->timestamps_, program->timed_shaders_, kCapturedPrefix);
 }
 
 Recorder::Touched* Recorder::find_touched(uint64_t id) {
@@ -318,11 +334,14 @@ void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec
   // dispatches go untimed).
   const bool timed = timing_ && timed_shaders_.size() < kMaxTimedDispatches;
   const auto query = static_cast<uint32_t>(2 * timed_shaders_.size());
-  if (timed) api.vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_, query);
+  if (timed)
+    api.vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamp_pool(), query);
   api.vkCmdDispatch(frame_->cmd, groups.x, groups.y, groups.z);
   if (timed) {
-    api.vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_, query + 1);
-    timed_shaders_.push_back(shader.name);
+    api.vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamp_pool(), query + 1);
+    timed_shaders_.push_back(profiling_by_groups()
+                                 ? fmt::format("{} [{}x{}x{}]", shader.name, groups.x, groups.y, groups.z)
+                                 : std::string(shader.name));
   }
   ++pending_;
   submit_chunk_if_due();
@@ -358,12 +377,15 @@ void Recorder::execute(const std::shared_ptr<const CapturedCommands>& commands) 
   const bool timed = timing_ && timed_shaders_.size() < kMaxTimedDispatches;
   const auto query = static_cast<uint32_t>(2 * timed_shaders_.size());
   if (timed)
-    ctx_.api().vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_, query);
+    ctx_.api().vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamp_pool(),
+                                   query);
   ctx_.api().vkCmdExecuteCommands(frame_->cmd, 1, &commands->frame_->cmd);
   bound_pipeline_ = VK_NULL_HANDLE;  // the program's binds leave the state undefined
   if (timed) {
-    ctx_.api().vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_, query + 1);
+    ctx_.api().vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamp_pool(),
+                                   query + 1);
     timed_shaders_.push_back("captured program");
+    if (commands->timestamps_) timed_programs_.push_back(commands);
   }
   // What the program touched is unknown to the hazard table: the next command waits for all of it.
   segment_stages_ = kAllStages;
@@ -387,7 +409,12 @@ std::shared_ptr<const CapturedCommands> Recorder::finish_capture() {
   std::vector<BufferPtr> buffers = std::move(keep_alive_);
   std::ranges::sort(buffers, std::less{}, [](const BufferPtr& b) { return b.get(); });
   buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
-  return std::make_shared<const CapturedCommands>(ctx_, std::move(frame_), std::move(buffers), pending_);
+  auto program = std::make_shared<CapturedCommands>(ctx_, std::move(frame_), std::move(buffers), pending_);
+  if (timing_) {
+    program->timestamps_ = std::exchange(timestamps_, VK_NULL_HANDLE);
+    program->timed_shaders_ = std::move(timed_shaders_);
+  }
+  return program;
 }
 
 void Recorder::submit_and_wait() {

@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -63,6 +64,12 @@ class CapturedCommands {
   std::unique_ptr<Frame> frame_;  // null when nothing was recorded
   std::vector<BufferPtr> buffers_;
   size_t commands_;
+  // Captured while profiling (profile.h): the program writes a timestamp pair around each of its
+  // dispatches into its own pool, and a timed recording that executes it reads them back once its
+  // submit completes. Threads replaying one program at once share the pool, so their figures may
+  // mix: a profile is taken from one thread.
+  VkQueryPool timestamps_ = VK_NULL_HANDLE;
+  std::vector<std::string> timed_shaders_;
 };
 
 /// Work handed to the queue by Recorder::submit and not yet known to be complete (the facade's
@@ -215,7 +222,9 @@ class Recorder {
   static constexpr uint32_t kMaxTimedDispatches = 4096;
   VkQueryPool timestamps_ = VK_NULL_HANDLE;
   bool timing_ = false;  // this recording is timed
-  std::vector<std::string_view> timed_shaders_;
+  std::vector<std::string> timed_shaders_;
+  std::vector<std::shared_ptr<const CapturedCommands>> timed_programs_;  // executed, with timestamps
+  VkQueryPool timestamp_pool();
   void collect_timings();
 };
 

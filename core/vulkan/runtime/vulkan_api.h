@@ -92,6 +92,9 @@ struct VulkanApi {
 #undef KILN_VK_MEMBER
   /// VK_KHR_push_descriptor's, set by the Context when it enables the extension; null otherwise.
   PFN_vkCmdPushDescriptorSetKHR vkCmdPushDescriptorSetKHR = nullptr;
+  /// VK_KHR_pipeline_executable_properties', set likewise (ContextOptions::pipeline_stats).
+  PFN_vkGetPipelineExecutablePropertiesKHR vkGetPipelineExecutablePropertiesKHR = nullptr;
+  PFN_vkGetPipelineExecutableStatisticsKHR vkGetPipelineExecutableStatisticsKHR = nullptr;
 
   /// dlopens `library` (e.g. "libvulkan.so.1"). Throws DeviceError naming the library and the
   /// reason (dlerror) when it or vkGetInstanceProcAddr is missing.
