@@ -28,14 +28,15 @@ std::array<double, 2> adam_scalars(const AdamMath& a, double lr, int64_t t) {
 // to step from. Scalars are folded on the host (adam_scalars) and reach the one fused primitive
 // (fused_adam.cpp) as 0-d arrays: constants eagerly, inputs in a compiled step.
 Array adam_step(const AdamMath& a, const Array& p, const Array& g, const Array& step_size,
-                const Array& bc2_sqrt, std::map<std::string, Array, std::less<>>& s) {
+                const Array& bc2_sqrt, std::map<std::string, Array, std::less<>>& s,
+                const std::optional<Array>& decay = std::nullopt) {
   const auto [b1, b2] = a.betas;
   Array& m = s.at("exp_avg");
   Array& v = s.at("exp_avg_sq");
   std::optional<Array> vmax;
   if (a.amsgrad) vmax = s.at("max_exp_avg_sq");
   std::vector<Array> out =
-      detail::adam_update({b1, b2, a.eps, a.amsgrad}, p, g, m, v, vmax, step_size, bc2_sqrt);
+      detail::adam_update({b1, b2, a.eps, a.amsgrad}, p, g, m, v, vmax, step_size, bc2_sqrt, decay);
   m = out[1];
   v = out[2];
   if (a.amsgrad) s.at("max_exp_avg_sq") = out[3];
@@ -99,10 +100,12 @@ std::vector<Optimizer::Slot> AdamW::slots(const Shape& param_shape) const {
 
 Array AdamW::update_one(const Array& param, const Array& grad, double lr, int64_t count, Slots& slots) const {
   const Array g = o_.maximize ? -grad : grad;
-  const Array p = o_.weight_decay != 0 ? param * (1.0 - lr * o_.weight_decay) : param;
   const auto sc = adam_scalars({o_.betas, o_.eps, o_.amsgrad}, lr, count);
-  return adam_step({o_.betas, o_.eps, o_.amsgrad}, p, g, full({}, sc[0], param.dtype()),
-                   full({}, sc[1], param.dtype()), slots);
+  // The decoupled decay p * (1 - lr wd) is applied in the fused step's pass (one dispatch, not two).
+  std::optional<Array> decay;
+  if (o_.weight_decay != 0) decay = full({}, 1.0 - lr * o_.weight_decay, param.dtype());
+  return adam_step({o_.betas, o_.eps, o_.amsgrad}, param, g, full({}, sc[0], param.dtype()),
+                   full({}, sc[1], param.dtype()), slots, decay);
 }
 
 std::vector<double> AdamW::step_scalars(double lr, int64_t count) const {
@@ -113,8 +116,9 @@ std::vector<double> AdamW::step_scalars(double lr, int64_t count) const {
 Array AdamW::update_one_traced(const Array& param, const Array& grad, std::span<const Array> scalars,
                                Slots& slots) const {
   const Array g = o_.maximize ? -grad : grad;
-  const Array p = o_.weight_decay != 0 ? param * scalars[2] : param;
-  return adam_step({o_.betas, o_.eps, o_.amsgrad}, p, g, scalars[0], scalars[1], slots);
+  std::optional<Array> decay;
+  if (o_.weight_decay != 0) decay = scalars[2];
+  return adam_step({o_.betas, o_.eps, o_.amsgrad}, param, g, scalars[0], scalars[1], slots, decay);
 }
 
 Adamax::Adamax(AdamaxOptions options) : Optimizer("Adamax", options.lr), o_(std::move(options)) {

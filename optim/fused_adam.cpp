@@ -18,8 +18,9 @@
 namespace kiln::optim::detail {
 namespace {
 
-// Inputs: p, g, m, v, [vmax,] step_size, bc2_sqrt (0-d arrays, so a trace of the step keeps them
-// as inputs rather than constants). The formula in ops; the primitive computes the same in one loop.
+// Inputs: p, g, m, v, [vmax,] step_size, bc2_sqrt, [decay] (0-d arrays, so a trace of the step keeps
+// them as inputs rather than constants). The formula in ops; the primitive computes the same in one
+// loop.
 std::vector<Array> adam_formula(const AdamConstants& c, const std::vector<Array>& in) {
   const Array &p = in[0], &g = in[1], &m = in[2], &v = in[3];
   const size_t k = c.amsgrad ? 5 : 4;
@@ -29,7 +30,8 @@ std::vector<Array> adam_formula(const AdamConstants& c, const std::vector<Array>
   std::vector<Array> out{Array{}, m1, v1};
   Array second = v1;
   if (c.amsgrad) out.push_back(second = maximum(in[4], v1));
-  out[0] = p - step_size * (m1 / (sqrt(second) / bc2_sqrt + c.eps));
+  const Array base = c.decay ? p * in[k + 2] : p;
+  out[0] = base - step_size * (m1 / (sqrt(second) / bc2_sqrt + c.eps));
   return out;
 }
 
@@ -44,6 +46,7 @@ std::vector<Array> adam_formula(const AdamConstants& c, const std::vector<Array>
 template <class T>
 struct AdamScalars {
   T step, bc2, w, one_minus_w, b2, one_minus_b2, eps;
+  T decay;  // 1 without AdamW's decay: p * 1 is p exactly
 };
 
 // One pass over n elements. Options are template parameters so the loop has no branch; pointers
@@ -61,7 +64,7 @@ KILN_SIMD_CLONES void adam_kernel(const T* __restrict p, const T* __restrict g, 
       vmax1[i] = second = (vmax[i] > vi || vmax[i] != vmax[i]) ? vmax[i] : vi;
     m1[i] = mi;
     v1[i] = vi;
-    p1[i] = p[i] - s.step * (mi / (std::sqrt(second) / s.bc2 + s.eps));
+    p1[i] = p[i] * s.decay - s.step * (mi / (std::sqrt(second) / s.bc2 + s.eps));
   }
 }
 
@@ -79,10 +82,14 @@ void adam_loop(const AdamConstants& c, std::span<const Array> in, std::span<Arra
   T *p1 = ptr(out, 0), *m1 = ptr(out, 1), *v1 = ptr(out, 2), *vmax1 = c.amsgrad ? ptr(out, 3) : nullptr;
   // The constants rounded to T, as the ops round weak scalars; lerp has torch's two formulas.
   const double w = 1.0 - c.beta1;
-  const AdamScalars<T> s{
-      dense[k].strided_data<T>()[0], dense[k + 1].strided_data<T>()[0], static_cast<T>(w),
-      static_cast<T>(1.0 - w),       static_cast<T>(c.beta2),           static_cast<T>(1.0 - c.beta2),
-      static_cast<T>(c.eps)};
+  const AdamScalars<T> s{dense[k].strided_data<T>()[0],
+                         dense[k + 1].strided_data<T>()[0],
+                         static_cast<T>(w),
+                         static_cast<T>(1.0 - w),
+                         static_cast<T>(c.beta2),
+                         static_cast<T>(1.0 - c.beta2),
+                         static_cast<T>(c.eps),
+                         c.decay ? dense[k + 2].strided_data<T>()[0] : T(1)};
   auto run = [&](auto amsgrad, auto from_m) {
     kiln::detail::parallel_for(out[0].size(), kiln::detail::kElementwiseGrain, [&](int64_t lo, int64_t hi) {
       const auto at = [lo](auto* q) { return q ? q + lo : q; };
@@ -101,7 +108,7 @@ class FusedAdamStep final : public PrimitiveWithParams<FusedAdamStep> {
  public:
   FusedAdamStep(Stream s, AdamConstants c) : PrimitiveWithParams(s), c_(c) {}
   const char* name() const override { return "FusedAdamStep"; }
-  auto params() const { return std::tie(c_.beta1, c_.beta2, c_.eps, c_.amsgrad); }
+  auto params() const { return std::tie(c_.beta1, c_.beta2, c_.eps, c_.amsgrad, c_.decay); }
   std::vector<Shape> output_shapes(std::span<const Array> in) const override {
     return std::vector<Shape>(c_.amsgrad ? 4 : 3, in[0].shape());
   }
@@ -113,7 +120,7 @@ class FusedAdamStep final : public PrimitiveWithParams<FusedAdamStep> {
   }
   void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
     const double w = 1.0 - c_.beta1;
-    gpu::adam_step(in, out, {w, 1.0 - w, c_.beta2, 1.0 - c_.beta2, c_.eps, c_.amsgrad, w < 0.5});
+    gpu::adam_step(in, out, {w, 1.0 - w, c_.beta2, 1.0 - c_.beta2, c_.eps, c_.amsgrad, w < 0.5, c_.decay});
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const std::vector<Array> primals(a.primals.begin(), a.primals.end());
@@ -145,9 +152,11 @@ class FusedAdamStep final : public PrimitiveWithParams<FusedAdamStep> {
 
 }  // namespace
 
-std::vector<Array> adam_update(const AdamConstants& c, const Array& p, const Array& g, const Array& m,
+std::vector<Array> adam_update(const AdamConstants& constants, const Array& p, const Array& g, const Array& m,
                                const Array& v, const std::optional<Array>& vmax, const Array& step_size,
-                               const Array& bc2_sqrt) {
+                               const Array& bc2_sqrt, const std::optional<Array>& decay) {
+  AdamConstants c = constants;
+  c.decay = decay.has_value();
   const Dtype t = p.dtype();
   std::vector<Array> in{p, g, m, v};
   if (vmax) in.push_back(*vmax);
@@ -155,8 +164,9 @@ std::vector<Array> adam_update(const AdamConstants& c, const Array& p, const Arr
   for (const Array& a : in) fused = fused && a.dtype() == t && a.shape() == p.shape();
   in.push_back(step_size);
   in.push_back(bc2_sqrt);
-  fused = fused && step_size.dtype() == t && bc2_sqrt.dtype() == t && step_size.ndim() == 0 &&
-          bc2_sqrt.ndim() == 0;
+  if (decay) in.push_back(*decay);
+  for (size_t i = in.size() - (decay ? 3 : 2); i < in.size(); ++i)
+    fused = fused && in[i].dtype() == t && in[i].ndim() == 0;
   if (!fused) return adam_formula(c, in);
   auto prim = std::make_shared<FusedAdamStep>(to_stream({}), c);
   std::vector<Shape> shapes = prim->output_shapes(in);
@@ -166,8 +176,10 @@ std::vector<Array> adam_update(const AdamConstants& c, const Array& p, const Arr
 
 std::vector<Array> adam_update(const AdamConstants& c, const Array& p, const Array& g, const Array& m,
                                const Array& v, const std::optional<Array>& vmax, double step_size,
-                               double bc2_sqrt) {
-  return adam_update(c, p, g, m, v, vmax, full({}, step_size, p.dtype()), full({}, bc2_sqrt, p.dtype()));
+                               double bc2_sqrt, std::optional<double> decay) {
+  std::optional<Array> d;
+  if (decay) d = full({}, *decay, p.dtype());
+  return adam_update(c, p, g, m, v, vmax, full({}, step_size, p.dtype()), full({}, bc2_sqrt, p.dtype()), d);
 }
 
 }  // namespace kiln::optim::detail

@@ -70,8 +70,9 @@ void linear(const Array& x, const Array& w, const Array* bias, Array& out);
 struct AdamStepConstants {
   double w, one_minus_w, b2, one_minus_b2, eps;
   bool amsgrad, lerp_from_m;
+  bool decay;  ///< a last 0-d input multiplies p first (AdamW)
 };
-/// FusedAdamStep (optim/fused_adam.cpp): in = p, g, m, v, [vmax,] step_size, bc2_sqrt (0-d), all
+/// FusedAdamStep (optim/fused_adam.cpp): in = p, g, m, v, [vmax,] step_size, bc2_sqrt[, decay] (0-d), all
 /// float32 or all float64 of one shape; out = p1, m1, v1, [vmax1], fresh device storage.
 void adam_step(std::span<const Array> in, std::span<Array> out, const AdamStepConstants& constants);
 

@@ -1,9 +1,10 @@
 #version 450
 // FusedAdamStep (optim/fused_adam.cpp) in one pass: m1 = lerp(m, g, w), v1 = b2 v + (1 - b2) g^2,
-// [vmax1 = maximum(vmax, v1)], p1 = p - step (m1 / (sqrt(second) / bc2 + eps)), with the CPU loop's
+// [vmax1 = maximum(vmax, v1)], p1 = p [* decay] - step (m1 / (sqrt(second) / bc2 + eps)), with the CPU loop's
 // rounding: each product and sum rounded on its own (precise: no fused multiply-add), lerp by
 // torch's two formulas (lerp_from_m when w < 0.5), a NaN in vmax propagating. step and bc2 are
-// 0-d arrays on the device (a traced step keeps them as inputs). The float64 variant is used only
+// 0-d arrays on the device (a traced step keeps them as inputs), as is AdamW's decay (1 - lr wd) when
+// c.decay is set. The float64 variant is used only
 // on devices with shaderFloat64; the float32 one needs no 64-bit type.
 // kiln-variant: adam_step_f32 -DT=float
 // kiln-variant: adam_step_f64 -DT=double -DKILN_F64
@@ -21,6 +22,7 @@ layout(std430, set = 0, binding = 7) writeonly buffer P1 { T p1[]; };
 layout(std430, set = 0, binding = 8) writeonly buffer M1 { T m1[]; };
 layout(std430, set = 0, binding = 9) writeonly buffer V1 { T v1[]; };
 layout(std430, set = 0, binding = 10) writeonly buffer VMax1 { T vmax1[]; };
+layout(std430, set = 0, binding = 11) readonly buffer Decay { T decay[]; };
 
 // Element offsets of the inputs, and the constants rounded to T on the host: a float32's bits in
 // .x, or a float64's (low word, high word).
@@ -31,6 +33,7 @@ layout(push_constant) uniform Push {
   uint step_offset, bc2_offset;
   uint offsets[5];  // p, g, m, v, vmax
   uvec2 w, one_minus_w, b2, one_minus_b2, eps;
+  uint decay, decay_offset;
 } c;
 
 #ifdef KILN_F64
@@ -71,5 +74,7 @@ void main() {
   precise T denom = scaled + constant_of(c.eps);
   precise T q = mi / denom;
   precise T upd = step_size[c.step_offset] * q;
-  p1[i] = p[c.offsets[0] + i] - upd;
+  precise T base = p[c.offsets[0] + i];
+  if (c.decay != 0u) base = base * decay[c.decay_offset];
+  p1[i] = base - upd;
 }

@@ -20,15 +20,18 @@ using test::random_array;
 constexpr AdamConstants kPlain{0.9, 0.999, 1e-8, false};
 constexpr AdamConstants kAmsgrad{0.8, 0.9, 1e-4, true};
 
-// The update written in ops, as optim::Adam computed it before the fused primitive.
+// The update written in ops, as optim::Adam (and AdamW, decay = 1 - lr wd) computed it before the
+// fused primitive.
 std::vector<Array> formula(const AdamConstants& c, const Array& p, const Array& g, const Array& m,
-                           const Array& v, const std::optional<Array>& vmax, double step, double bc2) {
+                           const Array& v, const std::optional<Array>& vmax, double step, double bc2,
+                           std::optional<double> decay = std::nullopt) {
   const Array m1 = lerp(m, g, 1.0 - c.beta1);
   const Array v1 = c.beta2 * v + (1.0 - c.beta2) * (g * g);
   std::vector<Array> out{Array{}, m1, v1};
   Array second = v1;
   if (c.amsgrad) out.push_back(second = maximum(*vmax, v1));
-  out[0] = p - step * (m1 / (sqrt(second) / bc2 + c.eps));
+  const Array base = decay ? p * *decay : p;
+  out[0] = base - step * (m1 / (sqrt(second) / bc2 + c.eps));
   return out;
 }
 
@@ -44,21 +47,22 @@ Operands operands(const Shape& shape, Dtype t, uint64_t seed) {
 TEST(FusedAdam, MatchesFormulaInOps) {
   uint64_t seed = 10;
   for (const AdamConstants& c : {kPlain, kAmsgrad})
-    for (Dtype t : {float32, float64, bfloat16}) {
-      const Operands o = operands({37, 129}, t, seed += 10);
-      const std::optional<Array> vmax = c.amsgrad ? std::optional<Array>(o.vmax) : std::nullopt;
-      const std::vector<Array> got = adam_update(c, o.p, o.g, o.m, o.v, vmax, 0.013, 0.21);
-      const std::vector<Array> want = formula(c, o.p, o.g, o.m, o.v, vmax, 0.013, 0.21);
-      ASSERT_EQ(got.size(), want.size());
-      ASSERT_TRUE(got[0].has_primitive());
-      // bfloat16 takes the ops (the fused loop is float32 and float64 only).
-      EXPECT_EQ(std::string(got[0].primitive()->name()) == "FusedAdamStep", t != bfloat16);
-      const double tol = t == float64 ? 1e-14 : t == float32 ? 2e-6 : 1e-2;
-      for (size_t i = 0; i < got.size(); ++i) {
-        EXPECT_EQ(got[i].dtype(), t);
-        expect_close(got[i], want[i], tol, tol);
+    for (std::optional<double> decay : {std::optional<double>(), std::optional<double>(0.993)})
+      for (Dtype t : {float32, float64, bfloat16}) {
+        const Operands o = operands({37, 129}, t, seed += 10);
+        const std::optional<Array> vmax = c.amsgrad ? std::optional<Array>(o.vmax) : std::nullopt;
+        const std::vector<Array> got = adam_update(c, o.p, o.g, o.m, o.v, vmax, 0.013, 0.21, decay);
+        const std::vector<Array> want = formula(c, o.p, o.g, o.m, o.v, vmax, 0.013, 0.21, decay);
+        ASSERT_EQ(got.size(), want.size());
+        ASSERT_TRUE(got[0].has_primitive());
+        // bfloat16 takes the ops (the fused loop is float32 and float64 only).
+        EXPECT_EQ(std::string(got[0].primitive()->name()) == "FusedAdamStep", t != bfloat16);
+        const double tol = t == float64 ? 1e-14 : t == float32 ? 2e-6 : 1e-2;
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_EQ(got[i].dtype(), t);
+          expect_close(got[i], want[i], tol, tol);
+        }
       }
-    }
 }
 
 TEST(FusedAdam, StridedOperands) {
@@ -82,6 +86,15 @@ TEST(FusedAdam, VjpMatchesFiniteDifferences) {
     };
     test::check_vjp(f, {o.p, o.g, o.m, o.v, o.vmax}, 1e-6, 1e-5);
   }
+  // AdamW's decay is an input too: the update is differentiable in it (a learned decay).
+  const Operands o = operands({3, 5}, float64, 95);
+  const auto decayed = [](const std::vector<Array>& in) {
+    const std::vector<Array> out = adam_update(kPlain, in[0], in[1], in[2], in[3], std::nullopt,
+                                               full({}, 0.05, float64), full({}, 0.3, float64), in[4]);
+    EXPECT_EQ(std::string(out[0].primitive()->name()), "FusedAdamStep");
+    return out[0] + 2.0 * out[1];
+  };
+  test::check_vjp(decayed, {o.p, o.g, o.m, o.v, full({}, 0.98, float64)}, 1e-6, 1e-5);
 }
 
 TEST(FusedAdam, JvpMatchesVjpFormula) {

@@ -133,6 +133,31 @@ TEST_F(GpuMatmulTiles, EveryTileMatchesFloat64OnRaggedAndTransposedOperands) {
   }
 }
 
+// A right operand shared by every product (a weight under (B, T, C) rows) folds the batch into the
+// rows: one GEMM; operands whose batch and rows do not step as one stay batched.
+TEST_F(GpuMatmulTiles, ASharedRightOperandFoldsTheBatchIntoRows) {
+  uint64_t seed = 150;
+  const Array a = random_array({3, 5, 7}, seed++), w = random_array({7, 4}, seed++);
+  const Array bias = random_array({4}, seed++), c = random_array({3, 5, 4}, seed++);
+  check(a, w, "(3, 5, 7) @ (7, 4)");
+  EXPECT_EQ(detail::vk::last_matmul_batch(), 1);
+  check(a, w, "with a broadcast bias", &bias, 0.5f, 2.0f);
+  EXPECT_EQ(detail::vk::last_matmul_batch(), 1);
+  check(a, w, "with a full addend", &c, 1.0f, 1.0f);
+  EXPECT_EQ(detail::vk::last_matmul_batch(), 1);
+  check(random_array({2, 3, 5, 7}, seed++), w, "(2, 3, 5, 7) @ (7, 4)");
+  EXPECT_EQ(detail::vk::last_matmul_batch(), 1);
+  // Rows that do not follow the batch (a [5, 3, 7] array seen as (3, 5, 7)), and a transposed
+  // addend: batched products.
+  check(swapaxes(random_array({5, 3, 7}, seed++), 0, 1), w, "rows apart from the batch");
+  EXPECT_EQ(detail::vk::last_matmul_batch(), 3);
+  const Array c_t = swapaxes(random_array({5, 3, 4}, seed++), 0, 1);
+  check(a, w, "with a transposed addend", &c_t, 1.0f, 1.0f);
+  EXPECT_EQ(detail::vk::last_matmul_batch(), 3);
+  check(a, random_array({3, 7, 4}, seed++), "a batched right operand");
+  EXPECT_EQ(detail::vk::last_matmul_batch(), 3);
+}
+
 TEST_F(GpuMatmulTiles, SplitKMatchesFloat64) {
   // Long K over few outputs in 1 to 9 slices (the last one short), on several tiles, with both
   // layouts of each operand, batches, a broadcast batch and the addend epilogue.
@@ -279,21 +304,24 @@ TEST_F(GpuLinalg, FusedAdamStepMatchesTheCpu) {
     for (double beta1 : {0.9, 0.3}) {
       for (bool amsgrad : {false, true}) {
         const optim::detail::AdamConstants k{beta1, 0.999, 1e-8, amsgrad};
+        // AdamW's decay (its own 0-d input) with amsgrad; plain Adam without.
+        const std::optional<double> decay = amsgrad ? std::optional<double>(0.97) : std::nullopt;
         const Array p = random_array(shape, 20, t), g = random_array(shape, 21, t),
                     m = random_array(shape, 22, t);
         const Array v = abs(random_array(shape, 23, t)), vmax = abs(random_array(shape, 24, t));
         const std::optional<Array> vm = amsgrad ? std::optional<Array>(vmax) : std::nullopt;
         set_default_device(Device::gpu);
-        const std::vector<Array> on_gpu = optim::detail::adam_update(k, p, g, m, v, vm, 1e-3, 0.5);
+        const std::vector<Array> on_gpu = optim::detail::adam_update(k, p, g, m, v, vm, 1e-3, 0.5, decay);
         eval(on_gpu);
         set_default_device(Device::cpu);
-        const std::vector<Array> on_cpu = optim::detail::adam_update(k, p, g, m, v, vm, 1e-3, 0.5);
+        const std::vector<Array> on_cpu = optim::detail::adam_update(k, p, g, m, v, vm, 1e-3, 0.5, decay);
         ASSERT_EQ(on_gpu.size(), amsgrad ? 4u : 3u);
         ASSERT_EQ(on_gpu.size(), on_cpu.size());
         const double rtol = t == float32 ? 2e-6 : 1e-14;
         for (size_t i = 0; i < on_gpu.size(); ++i)
           expect_close(on_gpu[i], on_cpu[i], rtol, rtol,
-                       fmt::format("{} beta1 {} amsgrad {} output {}", dtype_name(t), beta1, amsgrad, i));
+                       fmt::format("{} beta1 {} amsgrad {} decay {} output {}", dtype_name(t), beta1, amsgrad,
+                                   decay.value_or(1.0), i));
       }
     }
   }

@@ -248,6 +248,34 @@ vk::GpuView gemm_operand(vk::GpuView v, size_t batch, const char* op) {
 }
 }  // namespace
 
+namespace {
+// matmul's products as one 2-D GEMM when b's batch dims are broadcast (stride 0) and a's batch and
+// row dims, and the addend's, merge into one; false (nothing recorded) otherwise.
+bool fold_shared_rhs(const Array& a, const Array& b, const Array* addend, Array& out, float alpha, float beta,
+                     const Shape& as, const Shape& bs) {
+  const size_t batch = as.size() - 2;
+  vk::GpuView bv = broadcast_view(b, bs), av = broadcast_view(a, as);
+  auto non_negative = [](const vk::GpuView& v) {
+    return std::ranges::all_of(v.strides, [](int64_t s) { return s >= 0; });
+  };
+  for (size_t i = 0; i < batch; ++i)
+    if (bv.shape[i] != 1 && bv.strides[i] != 0) return false;
+  if (!non_negative(av) || !non_negative(bv) || !vk::merged_stride(av, 0, batch + 1)) return false;
+  std::optional<vk::GpuView> d;
+  if (addend) {
+    d = broadcast_view(*addend, out.shape());
+    if (!non_negative(*d) || !vk::merged_stride(*d, 0, batch + 1)) return false;
+    d = merge_leading(std::move(*d), batch + 1, "matmul");
+  }
+  bv.shape.erase(bv.shape.begin(), bv.shape.begin() + static_cast<long>(batch));
+  bv.strides.erase(bv.strides.begin(), bv.strides.begin() + static_cast<long>(batch));
+  vk::record_matmul(vk::thread_recorder(), merge_leading(std::move(av), batch + 1, "matmul"), bv,
+                    merge_leading(vk::array_out_view(out, out.shape()), batch + 1, "matmul"),
+                    d ? &*d : nullptr, alpha, d ? beta : 0.0f);
+  return true;
+}
+}  // namespace
+
 void matmul(const Array& a, const Array& b, Array& out, const Array* addend, float alpha, float beta) {
   allocate(out);
   if (out.size() == 0) return;
@@ -257,6 +285,12 @@ void matmul(const Array& a, const Array& b, Array& out, const Array* addend, flo
   Shape as(s.begin(), s.end() - 2), bs = as;
   as.insert(as.end(), {s[batch], k});
   bs.insert(bs.end(), {k, s[batch + 1]});
+  // B shared by every product (a weight under (B, T, C) rows, as in a linear layer's input
+  // gradient): when A's batch and row dims step as one, the products are one [batch * M, K] GEMM,
+  // whose tiles fill the GPU better than batch products of M rows (the GPT's 32 x [128, 1024]
+  // outputs: 85 -> 75 us each on the H200).
+  if (batch > 0 && fold_shared_rhs(a, b, addend && beta != 0.0f ? addend : nullptr, out, alpha, beta, as, bs))
+    return;
   auto operand = [&](const Array& x, const Shape& shape) {
     return gemm_operand(broadcast_view(x, shape), batch, "matmul");
   };

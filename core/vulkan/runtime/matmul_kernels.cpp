@@ -47,8 +47,9 @@ constexpr PlainTile kPlainTiles[] = {
 const PlainTile& plain_tile(std::string_view name) {
   for (const PlainTile& t : kPlainTiles)
     if (t.name == name) return t;
-  throw ValueError::of(kOp, "no GEMM tile of that name (128, 128k16, 128x64, 64x128, 64, 64w, 32)", "'{}'",
-                       name);
+  std::vector<std::string_view> names;
+  for (const PlainTile& t : kPlainTiles) names.push_back(t.name);
+  throw ValueError::of(kOp, "no GEMM tile of that name", "'{}' (tiles: {})", name, fmt::join(names, ", "));
 }
 
 // The variants of shaders/linalg/matmul_f16_coopmat.comp (their `// kiln-variant:` lines): a bm x bn
@@ -91,6 +92,7 @@ MatmulOptions& plain_options() {
   return o;
 }
 thread_local std::string tls_last_matmul;
+thread_local int64_t tls_last_matmul_batch = 0;
 
 // "16x8x16" as a shape; a zero shape when s does not read as one.
 CoopmatShape parse_shape(std::string_view s) {
@@ -267,6 +269,7 @@ HalfGemmOptions set_half_gemm_options(HalfGemmOptions options) {
 }
 
 std::string_view last_matmul_kernel() { return tls_last_matmul; }
+int64_t last_matmul_batch() { return tls_last_matmul_batch; }
 
 void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuView& c, const GpuView* d,
                    float alpha, float beta) {
@@ -307,6 +310,7 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   if (n > 1 && c.strides[rank - 1] != 1)
     throw ValueError::of(kOp, "output rows must be contiguous", "strides {}", c.strides);
   if (m == 0 || n == 0 || batch == 0) return;
+  tls_last_matmul_batch = batch;
   for (const GpuView* v : {&a, &b, &c, d ? d : &c})
     for (int64_t s : v->strides)
       if (s < 0) throw NotImplemented::of(kOp, "negative strides", "{}", v->strides);

@@ -74,5 +74,7 @@ HalfGemmOptions set_half_gemm_options(HalfGemmOptions options);
 /// dispatched nothing); a split-K product names its first pass with "+splitk<n>" appended, e.g.
 /// "matmul_f32_t64+splitk8". Tests check with it which path ran.
 std::string_view last_matmul_kernel();
+/// The number of products (the batch) of the last GEMM recorded on this thread.
+int64_t last_matmul_batch();
 
 }  // namespace kiln::detail::vk

@@ -16,8 +16,9 @@ struct AdamPush {
   uint32_t n, amsgrad, lerp_from_m, step_offset, bc2_offset;
   uint32_t offsets[5];
   uint32_t constants[5][2];
+  uint32_t decay, decay_offset;
 };
-static_assert(sizeof(AdamPush) == 80);
+static_assert(sizeof(AdamPush) == 88);
 
 // x as a dense view: itself when row-contiguous, else a copy recorded into a temporary.
 vk::GpuView dense_view(vk::Recorder& r, const Array& x) {
@@ -47,13 +48,17 @@ void adam_step(std::span<const Array> in, std::span<Array> out, const AdamStepCo
   if (n > vk::kMaxIndex) throw NotImplemented::of(op, "past 2^31 elements on the GPU", "{}", n);
   const size_t tensors = k.amsgrad ? 5 : 4;
   std::vector<vk::GpuView> views;
-  for (size_t i = 0; i < tensors + 2; ++i) views.push_back(dense_view(r, in[i]));
+  for (size_t i = 0; i < tensors + (k.decay ? 3 : 2); ++i) views.push_back(dense_view(r, in[i]));
   AdamPush p{};
   p.n = static_cast<uint32_t>(n);
   p.amsgrad = k.amsgrad;
   p.lerp_from_m = k.lerp_from_m;
   p.step_offset = static_cast<uint32_t>(views[tensors].offset);
   p.bc2_offset = static_cast<uint32_t>(views[tensors + 1].offset);
+  p.decay = k.decay;
+  // Without decay, binding 11 is the step size's buffer, never read.
+  const vk::GpuView& decay = views[k.decay ? tensors + 2 : tensors];
+  p.decay_offset = static_cast<uint32_t>(decay.offset);
   for (size_t i = 0; i < tensors; ++i) p.offsets[i] = static_cast<uint32_t>(views[i].offset);
   const double constants[5] = {k.w, k.one_minus_w, k.b2, k.one_minus_b2, k.eps};
   for (int i = 0; i < 5; ++i) {
@@ -80,7 +85,8 @@ void adam_step(std::span<const Array> in, std::span<Array> out, const AdamStepCo
               {out[0].node().buffer->device(), vk::Access::write},
               {out[1].node().buffer->device(), vk::Access::write},
               {out[2].node().buffer->device(), vk::Access::write},
-              {vmax1, vk::Access::write}},
+              {vmax1, vk::Access::write},
+              {decay.buffer, vk::Access::read}},
              p, vk::Groups::linear((static_cast<uint64_t>(n) + wg - 1) / wg, r.context()));
 }
 
