@@ -18,6 +18,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -105,6 +106,35 @@ std::vector<std::shared_ptr<ArrayNode>> build_tape(std::span<const Array> output
     }
   }
   return tape;
+}
+
+// The tape in order of depth (a node's depth is one more than its deepest input's in the tape),
+// stable within a depth: still inputs before uses, and each depth's nodes, which do not depend on
+// each other, recorded together. The recorder puts a barrier where a dispatch reads what the
+// ones since the last barrier wrote, so this is one barrier per depth rather than one per
+// dependent dispatch, and independent work (a layer's weight and input gradients, the optimizer's
+// per-parameter updates) runs side by side on the GPU. For a recording that is replayed (capture):
+// all its buffers live until it completes whatever the order, so the order costs no memory.
+void order_by_depth(std::vector<std::shared_ptr<ArrayNode>>& tape) {
+  std::unordered_map<const ArrayNode*, uint32_t> depth_of;
+  depth_of.reserve(tape.size());
+  std::vector<std::pair<uint32_t, size_t>> keys(tape.size());
+  for (size_t i = 0; i < tape.size(); ++i) {
+    uint32_t depth = 0;
+    {
+      std::lock_guard lock(tape[i]->lock);
+      for (const Array& in : tape[i]->inputs)
+        if (auto it = depth_of.find(&in.node()); it != depth_of.end())
+          depth = std::max(depth, it->second + 1);
+    }
+    depth_of.emplace(tape[i].get(), depth);
+    keys[i] = {depth, i};
+  }
+  std::ranges::sort(keys);
+  std::vector<std::shared_ptr<ArrayNode>> ordered;
+  ordered.reserve(tape.size());
+  for (const auto& [depth, i] : keys) ordered.push_back(std::move(tape[i]));
+  tape = std::move(ordered);
 }
 
 // GPU nodes recorded by this thread and not yet published, with whether to keep their graph.
@@ -373,6 +403,7 @@ std::shared_ptr<const gpu::CapturedProgram> capture_eval(std::span<const Array> 
   if (!tls_deferred.empty() || gpu::has_pending())
     throw ValueError::of("gpu capture", "a capture cannot start inside an evaluation");
   auto tape = build_tape(outputs);
+  order_by_depth(tape);
   for (const auto& node : tape) {
     const Primitive* p = node->primitive.get();
     if (!p || p->device().type != Device::Type::gpu)

@@ -25,6 +25,8 @@ void abort_capture() noexcept;
 bool capturing();
 /// How many dispatches and copies a program replays.
 size_t captured_commands(const CapturedProgram& program);
+/// How many pipeline barriers separate them.
+size_t captured_barriers(const CapturedProgram& program);
 
 /// Records a replay of `program` into this thread's recording: each of `inputs` copied into the
 /// program's `slots_in` (the arrays its recording read, same shapes and dtypes, row-major), the

@@ -3,6 +3,8 @@
 // gives, leave inputs and earlier outputs alone, serve strided inputs, pass inputs and constants
 // through, fall back where a step runs on the CPU, survive a failed submit, work from several
 // threads, and keep device memory flat. Runs on lavapipe in CI (KILN_VULKAN_ALLOW_CPU=1).
+#include "kiln/core/vulkan/gpu_capture.h"
+
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -152,6 +154,32 @@ TEST_F(GpuCapture, NewShapesCaptureTheirOwnProgram) {
   const Array got = f({x})[0];
   setenv("KILN_COMPILE_CAPTURE", "0", 1);
   expect_same_bits(got, tanh(x) + 1.0f, "the second shape's program");
+}
+
+// A captured graph is recorded in order of depth: two independent chains of three products, then
+// their sum, take one barrier per depth (3), not one per dependent dispatch (5 in the order of a
+// depth-first walk, one chain after the other). The replayed values are those of the graph.
+TEST_F(GpuCapture, IndependentWorkIsRecordedSideBySide) {
+  const Array x1 = random_input({16, 16}, 30), x2 = random_input({16, 16}, 31),
+              w = random_input({16, 16}, 32);
+  eval({x1, x2, w});
+  auto chains = [&](const Array& a0, const Array& b0) {
+    Array a = a0, b = b0;
+    for (int i = 0; i < 3; ++i) {
+      a = matmul(a, w);
+      b = matmul(b, w);
+    }
+    return add(a, b);
+  };
+  const auto program = detail::capture_eval(std::vector<Array>{chains(x1, x2)});
+  EXPECT_EQ(gpu::captured_commands(*program), 7u);
+  EXPECT_EQ(gpu::captured_barriers(*program), 3u);
+  auto f = compile([&](const std::vector<Array>& in) { return std::vector<Array>{chains(in[0], in[1])}; });
+  for (int call = 0; call < 2; ++call) f({x1, x2})[0].eval();
+  EXPECT_EQ(f.capture_count(), 1);
+  const Array got = f({x1, x2})[0];
+  setenv("KILN_COMPILE_CAPTURE", "0", 1);
+  expect_same_bits(got, chains(x1, x2), "the replay against the graph");
 }
 
 TEST_F(GpuCapture, ThreadsReplayOneProgramAtOnce) {

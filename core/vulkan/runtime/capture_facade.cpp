@@ -53,6 +53,7 @@ void abort_capture() noexcept {
 bool capturing() { return tls_capturing; }
 
 size_t captured_commands(const CapturedProgram& program) { return program.commands->commands(); }
+size_t captured_barriers(const CapturedProgram& program) { return program.commands->barriers(); }
 
 void run_captured(const std::shared_ptr<const CapturedProgram>& program, std::span<const Array> inputs,
                   std::span<const Array> slots_in, std::span<const Array> slots_out,

@@ -13,6 +13,7 @@ std::shared_ptr<const CapturedProgram> end_capture() {
 void abort_capture() noexcept {}
 bool capturing() { return false; }
 size_t captured_commands(const CapturedProgram&) { return 0; }
+size_t captured_barriers(const CapturedProgram&) { return 0; }
 void run_captured(const std::shared_ptr<const CapturedProgram>&, std::span<const Array>,
                   std::span<const Array>, std::span<const Array>, std::span<Array>) {
   throw DeviceError::of("gpu capture", "kiln was built without the Vulkan backend");

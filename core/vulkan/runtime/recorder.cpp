@@ -410,6 +410,7 @@ std::shared_ptr<const CapturedCommands> Recorder::finish_capture() {
   std::ranges::sort(buffers, std::less{}, [](const BufferPtr& b) { return b.get(); });
   buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
   auto program = std::make_shared<CapturedCommands>(ctx_, std::move(frame_), std::move(buffers), pending_);
+  program->barriers_ = barriers_;
   if (timing_) {
     program->timestamps_ = std::exchange(timestamps_, VK_NULL_HANDLE);
     program->timed_shaders_ = std::move(timed_shaders_);

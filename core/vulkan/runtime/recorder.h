@@ -57,6 +57,8 @@ class CapturedCommands {
   CapturedCommands& operator=(const CapturedCommands&) = delete;
   /// Dispatches and copies recorded.
   size_t commands() const { return commands_; }
+  /// Pipeline barriers recorded between them.
+  size_t barriers() const { return barriers_; }
 
  private:
   friend class Recorder;
@@ -64,6 +66,7 @@ class CapturedCommands {
   std::unique_ptr<Frame> frame_;  // null when nothing was recorded
   std::vector<BufferPtr> buffers_;
   size_t commands_;
+  size_t barriers_ = 0;
   // Captured while profiling (profile.h): the program writes a timestamp pair around each of its
   // dispatches into its own pool, and a timed recording that executes it reads them back once its
   // submit completes. Threads replaying one program at once share the pool, so their figures may
