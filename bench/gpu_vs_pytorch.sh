@@ -3,16 +3,19 @@
 # examples, the Vulkan test binaries, the shared libraries the device image lacks and the raw
 # Fashion-MNIST files into xz archives under .gpu_carry/ (ignored by git; one big dictionary, so
 # the binaries' common code is stored once), beside Debian's Vulkan loader (the device tool's
-# recipe). The binaries come in two archives, bin-tests (tests, examples) and bin-bench (the
-# benchmarks): with the libraries, all of them pass the device tool's 64 MiB, so a run carries one. On the device it runs the Vulkan tests, the table of kiln beside PyTorch on the same GPU
+# recipe). The device tool carries at most 64 MiB a call (the working tree included), so each part
+# has its own archives: bin-tests (the Vulkan tests), bin-train (the examples) with base-data (the
+# data), bin-bench (the benchmarks), each beside base-lib (the libraries). On the device it runs the Vulkan tests, the table of kiln beside PyTorch on the same GPU
 # (bench/gpu_vs_pytorch.py) with the synchronous vs asynchronous training loops
 # (bench/core/async_loop_bench.cpp), and training on the GPU through the examples.
 #   bench/gpu_vs_pytorch.sh prepare             # here
 #   bench/gpu_vs_pytorch.sh device [parts...]   # there; parts: tests table train (default: all)
-# e.g. run(command='bash bench/gpu_vs_pytorch.sh device tests train',
-#          carry=['.gpu_carry/gl', '.gpu_carry/base.tar.xz', '.gpu_carry/bin-tests.tar.xz']), then
+# e.g. run(command='bash bench/gpu_vs_pytorch.sh device tests',
+#          carry=['.gpu_carry/gl', '.gpu_carry/base-lib.tar.xz', '.gpu_carry/bin-tests.tar.xz']), then
+#      run(command='rm -rf /tmp/kiln; bash bench/gpu_vs_pytorch.sh device train', carry=['.gpu_carry/gl',
+#          '.gpu_carry/base-lib.tar.xz', '.gpu_carry/base-data.tar.xz', '.gpu_carry/bin-train.tar.xz']) and
 #      run(command='rm -rf /tmp/kiln; bash bench/gpu_vs_pytorch.sh device table',
-#          carry=['.gpu_carry/gl', '.gpu_carry/base.tar.xz', '.gpu_carry/bin-bench.tar.xz'])
+#          carry=['.gpu_carry/gl', '.gpu_carry/base-lib.tar.xz', '.gpu_carry/bin-bench.tar.xz'])
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 carry=.gpu_carry
@@ -32,15 +35,15 @@ case "${1:-}" in
     # present; `rm -rf .gpu_carry` to rebuild them). One big dictionary stores the binaries' common
     # code once.
     stage=$(mktemp -d)
-    mkdir -p "$carry/gl" "$stage/tests/bin" "$stage/bench/bin" "$stage/lib" "$stage/data"
+    mkdir -p "$carry/gl" "$stage/tests/bin" "$stage/train/bin" "$stage/bench/bin" "$stage/lib" "$stage/data"
     for t in "${tests[@]}"; do strip -o "$stage/tests/bin/$t" "$build/tests/vulkan/$t"; done
-    for e in train_fashion_mnist train_char_gpt; do strip -o "$stage/tests/bin/$e" "$build/examples/$e"; done
+    for e in train_fashion_mnist train_char_gpt; do strip -o "$stage/train/bin/$e" "$build/examples/$e"; done
     for b in gpu_bench async_loop_bench; do strip -o "$stage/bench/bin/$b" "$build/bench/$b"; done
-    rm -f "$carry/bin.tar.xz"
-    for part in tests bench; do
+    rm -f "$carry/bin.tar.xz" "$carry/base.tar.xz"
+    for part in tests train bench; do
       tar cf - -C "$stage/$part" bin | xz -T2 --lzma2=preset=6,dict=256MiB >"$carry/bin-$part.tar.xz"
     done
-    if [ ! -f "$carry/base.tar.xz" ]; then
+    if [ ! -f "$carry/base-lib.tar.xz" ] || [ ! -f "$carry/base-data.tar.xz" ]; then
       # Every shared library but glibc's and the Vulkan loader's (the loader and libglvnd, which
       # NVIDIA's Vulkan driver needs, come as .debs).
       ldd "$stage"/*/bin/* | awk '/=> \//{print $3}' | sort -u |
@@ -50,7 +53,8 @@ case "${1:-}" in
         gunzip -c "$f" >"$stage/data/$(basename "$f" .gz)"
       done
       cp /usr/share/common-licenses/GPL-3 "$stage/data/"
-      tar cf - -C "$stage" lib data | xz -T1 --lzma2=preset=6,dict=64MiB >"$carry/base.tar.xz"
+      tar cf - -C "$stage" lib | xz -T1 --lzma2=preset=6,dict=64MiB >"$carry/base-lib.tar.xz"
+      tar cf - -C "$stage" data | xz -T1 --lzma2=preset=6,dict=64MiB >"$carry/base-data.tar.xz"
     fi
     rm -rf "$stage"
     exclude=$(git rev-parse --git-path info/exclude)
@@ -62,8 +66,9 @@ case "${1:-}" in
     ls "$carry"/gl/libvulkan1_*.deb >/dev/null 2>&1 || (apt-get $o update >/dev/null && cd "$carry/gl" &&
       apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null)
     du -sh "$carry"
-    echo "now: run(command='bash bench/gpu_vs_pytorch.sh device tests train', carry=['$carry/gl', '$carry/base.tar.xz', '$carry/bin-tests.tar.xz'])"
-    echo "then: run(command='rm -rf /tmp/kiln; bash bench/gpu_vs_pytorch.sh device table', carry=['$carry/gl', '$carry/base.tar.xz', '$carry/bin-bench.tar.xz'])"
+    echo "now: run(command='bash bench/gpu_vs_pytorch.sh device tests', carry=['$carry/gl', '$carry/base-lib.tar.xz', '$carry/bin-tests.tar.xz'])"
+    echo "then: run(command='rm -rf /tmp/kiln; bash bench/gpu_vs_pytorch.sh device train', carry=['$carry/gl', '$carry/base-lib.tar.xz', '$carry/base-data.tar.xz', '$carry/bin-train.tar.xz'])"
+    echo "and: run(command='rm -rf /tmp/kiln; bash bench/gpu_vs_pytorch.sh device table', carry=['$carry/gl', '$carry/base-lib.tar.xz', '$carry/bin-bench.tar.xz'])"
     ;;
   device)
     shift
@@ -74,7 +79,9 @@ case "${1:-}" in
     k=/tmp/kiln
     if [ ! -d "$k" ]; then
       mkdir -p "$k"
-      for a in "$carry"/bin*.tar.xz "$carry"/base.tar.xz; do xz -dc "$a" | tar xf - -C "$k"; done
+      for a in "$carry"/bin-*.tar.xz "$carry"/base-*.tar.xz; do
+        if [ -f "$a" ]; then xz -dc "$a" | tar xf - -C "$k"; fi
+      done
     fi
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
     export LD_LIBRARY_PATH="$k/lib:${LD_LIBRARY_PATH:-}" KILN_CACHE_DIR=/tmp/kiln-cache KILN_REQUIRE_VULKAN=1
