@@ -182,6 +182,23 @@ TEST_F(GpuCapture, IndependentWorkIsRecordedSideBySide) {
   expect_same_bits(got, chains(x1, x2), "the replay against the graph");
 }
 
+// A strided view that two products read (attention's per-head views, whose batch dims do not merge)
+// is copied once per recording: one copy and two GEMMs.
+TEST_F(GpuCapture, AViewReadByTwoProductsIsCopiedOnce) {
+  const Array base = random_input({2, 5, 3, 4}, 40);
+  const Array w1 = random_input({4, 6}, 41), w2 = random_input({4, 7}, 42);
+  eval({base, w1, w2});
+  const Array heads = transpose(base, {0, 2, 1, 3});  // (B, H, T, D) of a (B, T, H, D) array
+  const auto program = detail::capture_eval(std::vector<Array>{matmul(heads, w1), matmul(heads, w2)});
+  EXPECT_EQ(gpu::captured_commands(*program), 3u);
+  // Evaluated at once, both products read the one copy right.
+  const Array a = matmul(heads, w1), b = matmul(heads, w2);
+  eval({a, b});
+  const Array dense = contiguous(heads, Device::cpu);
+  test::expect_close(a, matmul(dense, w1, Device::cpu), 1e-5, 1e-5);
+  test::expect_close(b, matmul(dense, w2, Device::cpu), 1e-5, 1e-5);
+}
+
 TEST_F(GpuCapture, ThreadsReplayOneProgramAtOnce) {
   auto f = compile([](const std::vector<Array>& in) {
     return std::vector<Array>{add(matmul(in[0], in[1]), 1.0f), sum(in[0], {1})};

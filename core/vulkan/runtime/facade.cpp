@@ -1,10 +1,13 @@
 // The gpu facade (core/vulkan/gpu.h) on the Vulkan runtime: arrays become views of device
 // buffers, kernels are recorded into this thread's recorder, and eval() submits it.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <string>
 
 #include "kiln/core/cpu/strided.h"
 #include "kiln/core/vulkan/gpu.h"
@@ -58,14 +61,22 @@ vk::GpuView merge_leading(vk::GpuView v, size_t n, const char* op) {
 }
 // merge_leading, after a row-major copy of v into a temporary when its batch dims do not merge
 // (e.g. attention's [batch, heads, ...] views of a [batch, tokens, heads, ...] array).
+// A view read by several GEMMs of one recording (attention's per-head k and v in the forward
+// products and again in the backward ones, the output's cotangent in two backward ones) is copied
+// once: the recorder keeps the recording's dense copies.
 vk::GpuView merge_leading_or_copy(vk::GpuView v, size_t n, const char* op) {
   if (n > 1 && !vk::merged_stride(v, 0, n)) {
     vk::Recorder& r = vk::thread_recorder();
+    std::string key = fmt::format("{} {} {} {} {}", v.buffer->id(), static_cast<int>(v.dtype), v.offset,
+                                  fmt::join(v.shape, ","), fmt::join(v.strides, ","));
+    if (const vk::BufferPtr* dense = r.find_dense_copy(key))
+      return merge_leading(vk::GpuView::contiguous(*dense, v.dtype, v.shape), n, op);
     vk::GpuView dense = vk::GpuView::contiguous(
         r.context().allocator().allocate(static_cast<size_t>(std::max<int64_t>(vk::numel(v.shape), 1)) *
                                          static_cast<size_t>(size_of(v.dtype))),
         v.dtype, v.shape);
     vk::record_copy(r, v, dense);
+    r.remember_dense_copy(std::move(key), dense.buffer);
     v = std::move(dense);
   }
   return merge_leading(std::move(v), n, op);

@@ -86,9 +86,20 @@ void Recorder::reset() {
   pending_ = 0;
   clear_touched();
   keep_alive_.clear();
+  dense_copies_.clear();
   timed_shaders_.clear();
   timed_programs_.clear();
   timing_ = false;
+}
+
+const BufferPtr* Recorder::find_dense_copy(std::string_view key) const {
+  for (const auto& [k, dense] : dense_copies_)
+    if (k == key) return &dense;
+  return nullptr;
+}
+
+void Recorder::remember_dense_copy(std::string key, BufferPtr dense) {
+  dense_copies_.emplace_back(std::move(key), std::move(dense));
 }
 
 VkQueryPool Recorder::timestamp_pool() {

@@ -153,6 +153,13 @@ class Recorder {
   /// Dispatches and copies recorded since the last submit_and_wait/submit (chunks already handed
   /// to the queue included).
   size_t pending() const { return pending_; }
+  /// Dense copies of strided views made in this recording, by a key naming the source view (its
+  /// buffer's id, dtype, offset, shape and strides): an operand that several kernels read in one
+  /// recording is copied once. Sound because a recording's buffers are not written after the
+  /// kernel that made them (kernels write fresh outputs) and stay alive until it completes.
+  /// Forgotten when the recording ends.
+  const BufferPtr* find_dense_copy(std::string_view key) const;
+  void remember_dense_copy(std::string key, BufferPtr dense);
   /// Chunks handed to the queue before the end of the recording (for tests).
   size_t early_submits() const { return early_submits_; }
 
@@ -208,6 +215,7 @@ class Recorder {
   size_t touched_ = 0;                                             // slots of the current generation
   uint32_t generation_ = 1;                                        // 0 marks a slot never used
   std::vector<BufferPtr> keep_alive_;
+  std::vector<std::pair<std::string, BufferPtr>> dense_copies_;
   std::vector<std::shared_ptr<const CapturedCommands>> executed_;  // alive until the submit completes
   // The pipelines this recorder dispatched lately, by (shader digest, spec, bindings): skips the
   // shared cache's hash and lock on the common path. Pipelines live as long as the context.
