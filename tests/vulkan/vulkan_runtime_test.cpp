@@ -388,13 +388,27 @@ TEST_F(VulkanTest, LavapipeSubmitsEachRecordingOnce) {
   r.submit_and_wait();
 }
 
+// Three float buffers for the profiling tests (x random, y and z to copy into), with the profile
+// cleared and timing on.
+struct ProfiledCopies {
+  static constexpr int64_t n = 1 << 16;
+  BufferPtr x, y, z;
+  explicit ProfiledCopies(uint64_t seed)
+      : x(context().allocator().allocate(n * 4)),
+        y(context().allocator().allocate(n * 4)),
+        z(context().allocator().allocate(n * 4)) {
+    const std::vector<float> values = random_floats(n, -1, 1, seed);
+    upload(context(), x, values.data(), n * 4);
+    profile_clear();
+    set_profiling(true);
+  }
+};
+
 TEST_F(VulkanTest, ProfilingTimesEachDispatchByShader) {
   if (ctx().caps().timestamp_period == 0) GTEST_SKIP() << "the device writes no timestamps on compute queues";
-  const int64_t n = 1 << 16;
-  BufferPtr x = upload_vector(random_floats(n, -1, 1, 9));
-  BufferPtr y = ctx().allocator().allocate(n * 4), z = ctx().allocator().allocate(n * 4);
-  profile_clear();
-  set_profiling(true);
+  const ProfiledCopies b(9);
+  const int64_t n = b.n;
+  const BufferPtr &x = b.x, &y = b.y, &z = b.z;
   Recorder r(ctx());
   record_copy_floats(r, x, y, n);
   record_copy_floats(r, y, z, n);
@@ -418,11 +432,9 @@ TEST_F(VulkanTest, ProfilingTimesEachDispatchByShader) {
 
 TEST_F(VulkanTest, ProfilingTimesTheDispatchesOfACapturedProgram) {
   if (ctx().caps().timestamp_period == 0) GTEST_SKIP() << "the device writes no timestamps on compute queues";
-  const int64_t n = 1 << 16;
-  BufferPtr x = upload_vector(random_floats(n, -1, 1, 10));
-  BufferPtr y = ctx().allocator().allocate(n * 4), z = ctx().allocator().allocate(n * 4);
-  profile_clear();
-  set_profiling(true);
+  const ProfiledCopies b(10);
+  const int64_t n = b.n;
+  const BufferPtr &x = b.x, &y = b.y, &z = b.z;
   Recorder capture(ctx(), Recorder::Mode::capture);
   record_copy_floats(capture, x, y, n);
   record_copy_floats(capture, y, z, n);
