@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/host_gate.h"
 #include "support/op_test.h"
 #include "vulkan_fixture.h"
 
@@ -124,41 +125,34 @@ TEST_F(GpuAsync, LoopBuiltOnScheduledStepsMatchesTheSynchronousLoop) {
   EXPECT_EQ(run(true), run(false));
 }
 
-// The device's work for a step takes about as long as the host's preparation of the next: waiting
-// for each step serially costs their sum, the asynchronous loop about the larger of the two.
+// Each step's device work ends in a gated copy (support/host_gate.h) that the host opens only when
+// it goes on to prepare the next step: with async_eval the device work is still pending at that
+// point; with eval it is not (each gate times out first). No timing is involved.
 TEST_F(GpuAsync, HostPreparationOverlapsDeviceWork) {
   const Array w = random_input({384, 384}, 11), x0 = random_input({384, 384}, 12);
   eval(w, x0);
-  auto device_work = [&](Array x) {
-    for (int i = 0; i < 4; ++i) x = step(x, w);
-    return x;
-  };
-  // How long one step takes on this device (lavapipe here; CI machines differ).
-  device_work(x0).eval();
-  const auto t0 = Clock::now();
-  device_work(x0).eval();
-  const auto work = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0);
   constexpr int kSteps = 6;
-  auto loop = [&](bool async) {
-    const auto start = Clock::now();
+  auto loop = [&](bool async, std::chrono::milliseconds deadline) {
+    const test::HostGates gates(deadline);
     Array x = x0;
     for (int s = 0; s < kSteps; ++s) {
-      std::this_thread::sleep_for(work);  // host-side preparation of the step
-      x = device_work(x);
+      if (s > 0) gates.open(s - 1);  // the host prepares step s
+      for (int i = 0; i < 4; ++i) x = step(x, w);
+      x = gates.gated_copy(x, s);
       if (async)
         async_eval({x});
       else
         eval(x);
     }
+    gates.open(kSteps - 1);
     x.wait();
-    return std::pair{std::chrono::duration<double>(Clock::now() - start).count(), x.to_vector<float>()};
+    return std::pair{gates.timed_out(), x.to_vector<float>()};
   };
-  const auto [sync_s, sync_x] = loop(false);
-  const auto [async_s, async_x] = loop(true);
+  const auto [async_late, async_x] = loop(true, std::chrono::seconds(30));
+  EXPECT_EQ(async_late, std::vector<int>{}) << "these steps' work was done before async_eval returned";
+  const auto [sync_late, sync_x] = loop(false, std::chrono::milliseconds(20));
+  EXPECT_EQ(sync_late, (std::vector<int>{0, 1, 2, 3, 4, 5}));
   EXPECT_EQ(sync_x, async_x);
-  // Serial: about 2 * kSteps * work; overlapped: about (kSteps + 1) * work. A generous bound.
-  EXPECT_LT(async_s, 0.85 * sync_s) << "sync " << sync_s << " s, async " << async_s
-                                    << " s, one step's device work " << work.count() << " us";
 }
 
 }  // namespace
