@@ -471,8 +471,9 @@ Array with_nans(int64_t rows, int64_t cols, uint64_t seed) {
 }
 
 // Row reductions with the subgroup joins (lavapipe's subgroups are 8 wide, NVIDIA's 32) and with
-// them turned off, against the CPU: rows shorter than a subgroup (the tree), of one subgroup, of
-// several, of a whole workgroup and longer, several rows per workgroup, long rows split in two
+// them turned off, against the CPU: rows whose invocations (about 4 elements each) are fewer than a
+// subgroup (the tree), one subgroup (32 and 128 columns: lavapipe's, NVIDIA's), several, a whole
+// workgroup and more, several rows per workgroup, long rows split in two
 // passes; every kind in float32 (NaNs in a third of the rows), int32 and uint32, bool all/any,
 // float64 and float16 where the device has them, argmax/argmin with ties and NaNs.
 TEST_F(GpuReduce, SubgroupJoinsAndSharedMemoryTreesMatchTheCpu) {
@@ -481,7 +482,7 @@ TEST_F(GpuReduce, SubgroupJoinsAndSharedMemoryTreesMatchTheCpu) {
   uint64_t seed = 500;
   for (bool off : {false, true}) {
     const WithoutSubgroups scope(off);
-    for (int64_t cols : {1, 3, 7, 8, 9, 16, 31, 33, 64, 100, 255, 256, 257, 1000, 70001}) {
+    for (int64_t cols : {1, 3, 7, 8, 9, 16, 31, 32, 33, 64, 100, 128, 255, 256, 257, 1000, 70001}) {
       const int64_t rows = cols > 10000 ? 3 : 37;
       const std::string what = fmt::format("{} cols {}", off ? "tree" : "subgroups", cols);
       const Array f = with_nans(rows, cols, seed++), g = rand({rows, cols}, seed++, float32, 0.9, 1.1);

@@ -53,11 +53,15 @@ struct Layout {
   uint32_t wg, tpr;
 };
 
-// A power-of-two workgroup; rows shorter than it share one (tpr invocations per row).
+// A power-of-two workgroup; rows shorter than it share one (tpr invocations per row, about
+// kItemsPerInvocation elements each up to the workgroup). One element per invocation left most of
+// a wide GPU's time to the reduction's joins: attention's logsumexp over 16384 rows of 128 took
+// 19 us on the H200 with 128 invocations a row, 9.7 with 32.
+constexpr int64_t kItemsPerInvocation = 4;
 Layout layout(const Context& ctx, int64_t cols) {
   const uint32_t wg = std::bit_floor(workgroup_size(ctx));
-  const uint32_t tpr = cols >= wg ? wg : std::bit_ceil(static_cast<uint32_t>(std::max<int64_t>(cols, 1)));
-  return {wg, tpr};
+  const int64_t want = (std::max<int64_t>(cols, 1) + kItemsPerInvocation - 1) / kItemsPerInvocation;
+  return {wg, std::min(wg, std::bit_ceil(static_cast<uint32_t>(std::min<int64_t>(want, wg))))};
 }
 
 Groups groups_for(const Context& ctx, int64_t rows, Layout l) {
