@@ -68,14 +68,7 @@ layout(std430, set = 0, binding = 1) readonly buffer MatB { uvec4 B[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer MatC { uint16_t C[]; };
 layout(std430, set = 0, binding = 3) readonly buffer MatD { uint16_t D[]; };
 
-layout(push_constant) uniform Push {
-  uint M, N, K;
-  uint a_row_stride, a_col_stride, b_row_stride, b_col_stride, c_row_stride;
-  uint a_offset, b_offset, c_offset;
-  uint a_batch_stride, b_batch_stride, c_batch_stride;
-  uint d_row_stride, d_col_stride, d_offset, d_batch_stride;
-  float alpha, beta;
-} p;
+#include "matmul_push.glsl"
 
 const uint CR = WM / 16;  // accumulator fragments of a subgroup along M (lM is 16: the host checks)
 const uint CC = WN / lN;  // ... along N
@@ -229,8 +222,8 @@ void main() {
   bm = gl_WorkGroupID.y * BM;
   bn = gl_WorkGroupID.x * BN;
   const uint batch = gl_WorkGroupID.z;
-  a_base = p.a_offset + batch * p.a_batch_stride;
-  b_base = p.b_offset + batch * p.b_batch_stride;
+  a_base = p.a_offset + kiln_batch_offset(batch, p.a_batch_stride, p.a_inner_stride);
+  b_base = p.b_offset + kiln_batch_offset(batch, p.b_batch_stride, p.b_inner_stride);
 
   DECLARE_FRAGMENTS
   UNROLL for (uint i = 0; i < CR; ++i)
@@ -289,7 +282,7 @@ void main() {
 #endif
 
   const uint c_base = p.c_offset + batch * p.c_batch_stride;
-  const uint d_base = p.d_offset + batch * p.d_batch_stride;
+  const uint d_base = p.d_offset + kiln_batch_offset(batch, p.d_batch_stride, p.d_inner_stride);
   const bool epilogue = p.alpha != 1.0 || p.beta != 0.0;
   // The accumulators leave through shared memory one 16-row band at a time. Each band is a
   // literal (lM is 16, so CR = WM / 16): acc is indexed only by unrolled constants, never by a

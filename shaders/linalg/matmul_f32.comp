@@ -35,8 +35,8 @@
 // kiln-variant: matmul_h16_t64w -Os -DBM=64 -DBN=64 -DTM=8 -DTN=8 -DBK=16 -DKILN_16BIT
 // kiln-variant: matmul_h16_t32 -Os -DBM=32 -DBN=32 -DTM=4 -DTN=4 -DBK=16 -DKILN_16BIT
 #extension GL_EXT_control_flow_attributes : require
-#ifdef KILN_16BIT
 #extension GL_GOOGLE_include_directive : require
+#ifdef KILN_16BIT
 #extension GL_EXT_shader_16bit_storage : require
 #include "../common/dtype_convert.glsl"
 #define STORE_T uint16_t
@@ -82,15 +82,7 @@ layout(std430, set = 0, binding = 5) readonly buffer MatA4 { vec4 A4[]; };
 layout(std430, set = 0, binding = 6) readonly buffer MatB4 { vec4 B4[]; };
 #endif
 
-layout(push_constant) uniform Push {
-  uint M, N, K;
-  uint a_row_stride, a_col_stride, b_row_stride, b_col_stride, c_row_stride;
-  uint a_offset, b_offset, c_offset;
-  uint a_batch_stride, b_batch_stride, c_batch_stride;
-  uint d_row_stride, d_col_stride, d_offset, d_batch_stride;
-  float alpha, beta;
-  uint splits, k_chunk;
-} p;
+#include "matmul_push.glsl"
 
 const uint NVM = TM / 4;               // vec4 groups per invocation along M
 const uint NVN = TN / 4;               // ... along N
@@ -110,8 +102,8 @@ void main() {
   const uint batch = z / p.splits;
   const uint k_begin = (z % p.splits) * p.k_chunk;
   const uint k_end = min(p.K, k_begin + p.k_chunk);
-  const uint a_base = p.a_offset + batch * p.a_batch_stride;
-  const uint b_base = p.b_offset + batch * p.b_batch_stride;
+  const uint a_base = p.a_offset + kiln_batch_offset(batch, p.a_batch_stride, p.a_inner_stride);
+  const uint b_base = p.b_offset + kiln_batch_offset(batch, p.b_batch_stride, p.b_inner_stride);
 
   float ra[A_LOADS];
   float rb[B_LOADS];
@@ -229,7 +221,7 @@ void main() {
   }
 
   const uint c_base = p.c_offset + batch * p.c_batch_stride;
-  const uint d_base = p.d_offset + batch * p.d_batch_stride;
+  const uint d_base = p.d_offset + kiln_batch_offset(batch, p.d_batch_stride, p.d_inner_stride);
   const bool epilogue = p.alpha != 1.0 || p.beta != 0.0;
   [[unroll]] for (uint ga = 0; ga < NVM; ++ga)
     [[unroll]] for (uint i = 0; i < 4; ++i) {

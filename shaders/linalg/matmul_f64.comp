@@ -7,6 +7,7 @@
 // neighbouring invocations read neighbouring shared words), K in steps of 16 through shared memory.
 // Loads are bounds-checked (zero fill), so any M, N, K and strides work. Needs shaderFloat64.
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x = 256) in;
 
@@ -15,14 +16,7 @@ layout(std430, set = 0, binding = 1) readonly buffer MatB { double B[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer MatC { double C[]; };
 layout(std430, set = 0, binding = 3) readonly buffer MatD { double D[]; };
 
-layout(push_constant) uniform Push {
-  uint M, N, K;
-  uint a_row_stride, a_col_stride, b_row_stride, b_col_stride, c_row_stride;
-  uint a_offset, b_offset, c_offset;
-  uint a_batch_stride, b_batch_stride, c_batch_stride;
-  uint d_row_stride, d_col_stride, d_offset, d_batch_stride;
-  float alpha, beta;
-} p;
+#include "matmul_push.glsl"
 
 const uint TILE = 64;
 const uint TM = TILE / 16;           // outputs per invocation along each dimension
@@ -38,8 +32,8 @@ void main() {
   const uint bm = gl_WorkGroupID.y * TILE;
   const uint bn = gl_WorkGroupID.x * TILE;
   const uint batch = gl_WorkGroupID.z;
-  const uint a_base = p.a_offset + batch * p.a_batch_stride;
-  const uint b_base = p.b_offset + batch * p.b_batch_stride;
+  const uint a_base = p.a_offset + kiln_batch_offset(batch, p.a_batch_stride, p.a_inner_stride);
+  const uint b_base = p.b_offset + kiln_batch_offset(batch, p.b_batch_stride, p.b_inner_stride);
 
   double acc[TM][TM];
   [[unroll]] for (uint i = 0; i < TM; ++i)
@@ -68,7 +62,7 @@ void main() {
   }
 
   const uint c_base = p.c_offset + batch * p.c_batch_stride;
-  const uint d_base = p.d_offset + batch * p.d_batch_stride;
+  const uint d_base = p.d_offset + kiln_batch_offset(batch, p.d_batch_stride, p.d_inner_stride);
   const bool epilogue = p.alpha != 1.0 || p.beta != 0.0;
   const double alpha = double(p.alpha), beta = double(p.beta);
   [[unroll]] for (uint i = 0; i < TM; ++i) {

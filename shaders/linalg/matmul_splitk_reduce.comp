@@ -6,8 +6,8 @@
 // kernel does. Workgroups: x over M * N (in WG-sized chunks), z over the batch.
 // kiln-variant: matmul_splitk_reduce_f32
 // kiln-variant: matmul_splitk_reduce_h16 -DKILN_16BIT
-#ifdef KILN_16BIT
 #extension GL_GOOGLE_include_directive : require
+#ifdef KILN_16BIT
 #extension GL_EXT_shader_16bit_storage : require
 #include "../common/dtype_convert.glsl"
 #define STORE_T uint16_t
@@ -31,15 +31,7 @@ layout(std430, set = 0, binding = 0) readonly buffer Partial { float P[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer MatC { STORE_T C[]; };
 layout(std430, set = 0, binding = 2) readonly buffer MatD { STORE_T D[]; };
 
-layout(push_constant) uniform Push {
-  uint M, N, K;
-  uint a_row_stride, a_col_stride, b_row_stride, b_col_stride, c_row_stride;
-  uint a_offset, b_offset, c_offset;
-  uint a_batch_stride, b_batch_stride, c_batch_stride;
-  uint d_row_stride, d_col_stride, d_offset, d_batch_stride;
-  float alpha, beta;
-  uint splits, k_chunk;
-} p;
+#include "matmul_push.glsl"
 
 void main() {
   const uint mn = p.M * p.N;
@@ -52,6 +44,6 @@ void main() {
   for (uint s = 0; s < p.splits; ++s, at += mn) v += P[at];
   v *= p.alpha;
   if (p.beta != 0.0)
-    v = fma(p.beta, ELEM_LOAD(D[p.d_offset + batch * p.d_batch_stride + row * p.d_row_stride + col * p.d_col_stride]), v);
+    v = fma(p.beta, ELEM_LOAD(D[p.d_offset + kiln_batch_offset(batch, p.d_batch_stride, p.d_inner_stride) + row * p.d_row_stride + col * p.d_col_stride]), v);
   C[p.c_offset + batch * p.c_batch_stride + row * p.c_row_stride + col] = ELEM_STORE(v);
 }

@@ -158,6 +158,44 @@ TEST_F(GpuMatmulTiles, ASharedRightOperandFoldsTheBatchIntoRows) {
   EXPECT_EQ(detail::vk::last_matmul_batch(), 3);
 }
 
+TEST_F(GpuMatmulTiles, TwoBatchDimsThatDoNotMergeAreReadInPlace) {
+  // Attention's [batch, heads, tokens, dim] views of [batch, tokens, heads, dim] arrays: one GEMM of
+  // batch * heads products, each operand stepping by an outer and an inner batch stride (no
+  // row-major copy: GpuCapture.AttentionHeadViewsAreReadWithoutACopy counts the commands).
+  uint64_t seed = 300;
+  auto heads = [&](const Shape& btd, int64_t h) {  // (B, H, T, D) view of a (B, T, H, D) array
+    return swapaxes(random_array({btd[0], btd[1], h, btd[2]}, seed++), 1, 2);
+  };
+  const Array q = heads({2, 9, 8}, 3), k = heads({2, 9, 8}, 3), v = heads({2, 9, 8}, 3);
+  const Array kt = swapaxes(k, -1, -2);
+  check(q, kt, "q @ k^T");
+  EXPECT_EQ(detail::vk::last_matmul_batch(), 6);
+  check(random_array({2, 3, 9, 9}, seed++), v, "scores @ v");
+  const Array c = heads({2, 9, 9}, 3);
+  check(q, kt, "addmm with an addend of two batch strides", &c, 0.5f, 2.0f);
+  check(q, random_array({3, 8, 5}, seed++), "b broadcast over the outer batch dim");
+  check(heads({2, 9, 7}, 3), swapaxes(heads({2, 5, 7}, 3), -1, -2), "rows of 7 (scalar loads)");
+  EXPECT_EQ(detail::vk::last_matmul_batch(), 6);
+  // Split-K: the partial sums and the reduction's addend index both batch dims.
+  use("64w", 3);
+  const Array qk = heads({2, 5, 300}, 3), kk = swapaxes(heads({2, 6, 300}, 3), -1, -2);
+  const Array ck = heads({2, 5, 6}, 3);
+  EXPECT_EQ(check(qk, kk, "split-K", &ck, 1.0f, 1.0f), "matmul_f32_t64w+splitk3");
+  EXPECT_EQ(detail::vk::last_matmul_batch(), 6);
+  use("", 0);
+  // float64 takes the same two strides, where the device has it.
+  if (ctx().caps().float64) {
+    const Array q64 = swapaxes(random_array({2, 9, 3, 8}, seed++, float64), 1, 2);
+    const Array k64t = swapaxes(swapaxes(random_array({2, 9, 3, 8}, seed++, float64), 1, 2), -1, -2);
+    expect_close(matmul(q64, k64t, Device::gpu), matmul(q64, k64t, Device::cpu), 1e-12, 1e-12, "float64");
+    EXPECT_EQ(detail::vk::last_matmul_batch(), 6);
+  }
+  // Three batch dims that merge neither into one nor into two: a row-major copy first, still right.
+  const Array odd = transpose(random_array({2, 3, 2, 5, 4}, seed++), {0, 2, 1, 3, 4});
+  check(odd, random_array({4, 6}, seed++), "three batch dims through a copy");
+  EXPECT_EQ(detail::vk::last_matmul_batch(), 12);
+}
+
 TEST_F(GpuMatmulTiles, SplitKMatchesFloat64) {
   // Long K over few outputs in 1 to 9 slices (the last one short), on several tiles, with both
   // layouts of each operand, batches, a broadcast batch and the addend epilogue.

@@ -267,6 +267,12 @@ TEST_F(GpuMatmulHalf, EmulatedCoopmatKernelMatchesOnEveryTile) {
         check_matmul(a, b, float16, fmt::format("{} {} @ {}", what, shape_str(p.a), shape_str(p.b)));
       }
     }
+    if (all_layouts) {  // attention's (B, H, T, D) views: two batch strides, read in place
+      const Array q = swapaxes(random({2, 24, 3, 16}, seed++, float16), 1, 2);
+      const Array kt = swapaxes(swapaxes(random({2, 40, 3, 16}, seed++, float16), 1, 2), -1, -2);
+      EXPECT_EQ(check_matmul(q, kt, float16, what + " q @ k^T"), expect);
+      EXPECT_EQ(vk::last_matmul_batch(), 6);
+    }
     const Array a = random({2, 24, 40}, seed++, float16), b = random({40, 16}, seed++, float16);
     EXPECT_EQ(check_matmul(a, b, float16, what + " broadcast batch"), expect);
     const Array c = random({24, 16}, seed++, float16);

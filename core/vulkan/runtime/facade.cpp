@@ -60,9 +60,8 @@ vk::GpuView merge_leading(vk::GpuView v, size_t n, const char* op) {
   return v;
 }
 // merge_leading, after a row-major copy of v into a temporary when its batch dims do not merge
-// (e.g. attention's [batch, heads, ...] views of a [batch, tokens, heads, ...] array).
-// A view read by several GEMMs of one recording (attention's per-head k and v in the forward
-// products and again in the backward ones, the output's cotangent in two backward ones) is copied
+// (matmul reads two batch dims in place, as attention's [batch, heads] views: this is for the
+// layouts left, and for linear's rows). A view read by several GEMMs of one recording is copied
 // once: the recorder keeps the recording's dense copies.
 vk::GpuView merge_leading_or_copy(vk::GpuView v, size_t n, const char* op) {
   if (n > 1 && !vk::merged_stride(v, 0, n)) {
@@ -242,7 +241,7 @@ namespace {
 // A GEMM operand: v with its first `batch` dims merged into one. The GEMM takes no negative strides
 // (flipped views), and record_copy moves no 8-byte elements: such operands, and float64 ones whose
 // batch dims do not merge, go through a row-major temporary written by the generated copy kernel
-// first; others whose batch dims do not merge (attention's head views) through record_copy.
+// first; others whose batch dims do not merge through record_copy.
 vk::GpuView gemm_operand(vk::GpuView v, size_t batch, const char* op) {
   const bool negative = std::ranges::any_of(v.strides, [](int64_t st) { return st < 0; });
   if (vk::numel(v.shape) == 0) {  // nothing is read: any strides do
@@ -287,6 +286,48 @@ bool fold_shared_rhs(const Array& a, const Array& b, const Array* addend, Array&
 }
 }  // namespace
 
+namespace {
+// v's dims [0, split) and [split, batch) merged into one each: a GEMM view with two batch dims.
+vk::GpuView merge_batch_in_two(vk::GpuView v, size_t split, size_t batch) {
+  Shape shape{vk::shape_product(v.shape, 0, split), vk::shape_product(v.shape, split, batch)};
+  Strides strides{*vk::merged_stride(v, 0, split), *vk::merged_stride(v, split, batch)};
+  shape.insert(shape.end(), v.shape.begin() + static_cast<long>(batch), v.shape.end());
+  strides.insert(strides.end(), v.strides.begin() + static_cast<long>(batch), v.strides.end());
+  v.shape = std::move(shape);
+  v.strides = std::move(strides);
+  return v;
+}
+
+// matmul's products as one GEMM with two batch dims when some operand's batch dims do not merge into
+// one but every operand's merge into two groups at one split (attention's [batch, heads] views of
+// [batch, tokens, heads, head_dim] arrays): no row-major copy of the operand (the GPT step's 4 MiB
+// copies); false (nothing recorded) otherwise.
+bool two_batch_dims(const Array& a, const Array& b, const Array* addend, Array& out, float alpha, float beta,
+                    const Shape& as, const Shape& bs) {
+  const size_t batch = as.size() - 2;
+  std::vector<vk::GpuView> views{broadcast_view(a, as), broadcast_view(b, bs)};
+  if (addend) views.push_back(broadcast_view(*addend, out.shape()));
+  const bool one_dim = std::ranges::all_of(
+      views, [&](const vk::GpuView& v) { return vk::merged_stride(v, 0, batch).has_value(); });
+  const bool negative = std::ranges::any_of(views, [](const vk::GpuView& v) {
+    return std::ranges::any_of(v.strides, [](int64_t st) { return st < 0; });
+  });
+  if (batch < 2 || one_dim || negative) return false;
+  for (size_t split = 1; split < batch; ++split) {
+    const bool merges = std::ranges::all_of(views, [&](const vk::GpuView& v) {
+      return vk::merged_stride(v, 0, split).has_value() && vk::merged_stride(v, split, batch).has_value();
+    });
+    if (!merges) continue;
+    for (vk::GpuView& v : views) v = merge_batch_in_two(std::move(v), split, batch);
+    const vk::GpuView c = merge_batch_in_two(vk::array_out_view(out, out.shape()), split, batch);
+    vk::record_matmul(vk::thread_recorder(), views[0], views[1], c, addend ? &views[2] : nullptr, alpha,
+                      addend ? beta : 0.0f);
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
 void matmul(const Array& a, const Array& b, Array& out, const Array* addend, float alpha, float beta) {
   allocate(out);
   if (out.size() == 0) return;
@@ -300,8 +341,9 @@ void matmul(const Array& a, const Array& b, Array& out, const Array* addend, flo
   // gradient): when A's batch and row dims step as one, the products are one [batch * M, K] GEMM,
   // whose tiles fill the GPU better than batch products of M rows (the GPT's 32 x [128, 1024]
   // outputs: 85 -> 80 us each in the H200 step).
-  if (batch > 0 && fold_shared_rhs(a, b, addend && beta != 0.0f ? addend : nullptr, out, alpha, beta, as, bs))
-    return;
+  const Array* d_array = addend && beta != 0.0f ? addend : nullptr;
+  if (batch > 0 && fold_shared_rhs(a, b, d_array, out, alpha, beta, as, bs)) return;
+  if (two_batch_dims(a, b, d_array, out, alpha, beta, as, bs)) return;
   auto operand = [&](const Array& x, const Shape& shape) {
     return gemm_operand(broadcast_view(x, shape), batch, "matmul");
   };

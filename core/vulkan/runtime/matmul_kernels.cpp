@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <string>
@@ -31,8 +32,24 @@ struct MatmulPush {
   uint32_t d_row_stride, d_col_stride, d_offset, d_batch_stride;
   float alpha, beta;
   uint32_t splits, k_chunk;
+  uint32_t batch_inner, a_inner_stride, b_inner_stride, d_inner_stride;
 };
-static_assert(sizeof(MatmulPush) == 88 && sizeof(MatmulPush) <= Context::kPushConstantBytes);
+static_assert(sizeof(MatmulPush) == 104 && sizeof(MatmulPush) <= Context::kPushConstantBytes);
+
+// The batch strides of a GEMM view of rank 2 (none), 3 (one batch dim) or 4 (two batch dims, the
+// product (i, j) numbered i * shape[1] + j): outer and inner, 0 for a dim of size 1 (never stepped).
+struct BatchStrides {
+  int64_t outer = 0, inner = 0;
+  // A multiple of every batch offset (0 when there is one product): vector loads check this.
+  int64_t step() const { return std::gcd(outer, inner); }
+};
+BatchStrides batch_strides(const GpuView& v) {
+  const size_t rank = v.shape.size();
+  auto stepped = [&](size_t i) { return v.shape[i] == 1 ? int64_t{0} : v.strides[i]; };
+  if (rank == 3) return {stepped(0), 0};
+  if (rank == 4) return {stepped(0), stepped(1)};
+  return {};
+}
 
 // The variants of shaders/linalg/matmul_f32.comp (their `// kiln-variant:` lines, matmul_f32_t<name>
 // and matmul_h16_t<name>): a bm x bn block of C per workgroup, K in steps of bk.
@@ -141,11 +158,11 @@ bool fits(const CoopmatShape& s, const CoopmatTile& t, uint32_t k_step) {
 
 // How the coopmat kernel reads an operand [rows, cols] with strides (rs, cs): as stored with cols
 // contiguous (false), with rows contiguous (true), or not at all (nullopt): 16-byte loads need a
-// contiguous dimension whose length, the other stride, the batch stride and the offset are
+// contiguous dimension whose length, the other stride, the batch strides and the offset are
 // multiples of 8 halves. Strides of size-1 dims are never stepped.
-std::optional<bool> vector_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t batch_stride,
-                                  int64_t batch, int64_t offset) {
-  if (offset % 8 != 0 || (batch > 1 && batch_stride % 8 != 0)) return std::nullopt;
+std::optional<bool> vector_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t batch_step,
+                                  int64_t offset) {
+  if (offset % 8 != 0 || batch_step % 8 != 0) return std::nullopt;
   if ((cs == 1 || cols == 1) && cols % 8 == 0 && (rows == 1 || rs % 8 == 0)) return false;
   if ((rs == 1 || rows == 1) && rows % 8 == 0 && (cols == 1 || cs % 8 == 0)) return true;
   return std::nullopt;
@@ -163,10 +180,10 @@ std::optional<CoopmatPlan> plan_coopmat(const Context& ctx, const HalfGemmOption
   const bool emulated = o.path == HalfGemmPath::emulated;
   if (o.path == HalfGemmPath::plain || (!emulated && !ctx.has_coopmat_f16())) return std::nullopt;
   const size_t rank = a.shape.size();
-  const auto a_layout = vector_layout(m, k, a.strides[rank - 2], a.strides[rank - 1],
-                                      rank == 3 ? a.strides[0] : 0, batch, a.offset);
-  const auto b_layout = vector_layout(k, n, b.strides[rank - 2], b.strides[rank - 1],
-                                      rank == 3 ? b.strides[0] : 0, batch, b.offset);
+  const auto a_layout =
+      vector_layout(m, k, a.strides[rank - 2], a.strides[rank - 1], batch_strides(a).step(), a.offset);
+  const auto b_layout =
+      vector_layout(k, n, b.strides[rank - 2], b.strides[rank - 1], batch_strides(b).step(), b.offset);
   if (!a_layout || !b_layout) return std::nullopt;
   CoopmatPlan plan{nullptr, {}, *a_layout, *b_layout};
   // The tile: the asked one, else 128 x 128 in the probe's single-stage tiling when there are
@@ -299,16 +316,26 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
     throw NotImplemented::of(kOp, "the device lacks 16-bit storage buffers", "{} on {}", dtype_name(t),
                              ctx.caps().name);
   const size_t rank = c.shape.size();
-  if (rank < 2 || rank > 3 || a.shape.size() != rank || b.shape.size() != rank)
-    throw ShapeError::of(kOp, "operands must be [M,K] @ [K,N] or [B,M,K] @ [B,K,N]", "{} @ {} -> {}", a.shape,
-                         b.shape, c.shape);
+  if (rank < 2 || rank > 4 || a.shape.size() != rank || b.shape.size() != rank)
+    throw ShapeError::of(kOp, "operands must be [M,K] @ [K,N] with up to two batch dims before them",
+                         "{} @ {} -> {}", a.shape, b.shape, c.shape);
   const int64_t m = a.shape[rank - 2], k = a.shape[rank - 1], n = b.shape[rank - 1];
-  const int64_t batch = rank == 3 ? c.shape[0] : 1;
+  const size_t batch_dims = rank - 2;
+  const int64_t batch = std::accumulate(c.shape.begin(), c.shape.begin() + static_cast<long>(batch_dims),
+                                        int64_t{1}, std::multiplies<>());
+  const int64_t batch_inner = rank == 4 ? c.shape[1] : 1;
   if (b.shape[rank - 2] != k || c.shape[rank - 2] != m || c.shape[rank - 1] != n ||
-      (rank == 3 && (a.shape[0] != batch || b.shape[0] != batch)))
+      !std::equal(c.shape.begin(), c.shape.begin() + static_cast<long>(batch_dims), a.shape.begin()) ||
+      !std::equal(c.shape.begin(), c.shape.begin() + static_cast<long>(batch_dims), b.shape.begin()))
     throw ShapeError::of(kOp, "shapes do not fit", "{} @ {} -> {}", a.shape, b.shape, c.shape);
   if (n > 1 && c.strides[rank - 1] != 1)
     throw ValueError::of(kOp, "output rows must be contiguous", "strides {}", c.strides);
+  // The output's products are numbered through one batch stride: its batch dims must merge.
+  const BatchStrides cb = batch_strides(c);
+  const int64_t c_batch_stride = cb.inner != 0 ? cb.inner : cb.outer;
+  if (cb.inner != 0 && cb.outer != 0 && cb.outer != cb.inner * c.shape[1])
+    throw ValueError::of(kOp, "the output's batch dims must merge into one", "{} strides {}", c.shape,
+                         c.strides);
   if (m == 0 || n == 0 || batch == 0) return;
   tls_last_matmul_batch = batch;
   for (const GpuView* v : {&a, &b, &c, d ? d : &c})
@@ -318,6 +345,8 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
     throw NotImplemented::of(kOp, "the matmul kernel needs 256 invocations per workgroup", "{}",
                              ctx.caps().name);
   auto u = [](int64_t x) { return static_cast<uint32_t>(x); };
+  const BatchStrides ab = batch_strides(a), bb = batch_strides(b),
+                     db = d ? batch_strides(*d) : BatchStrides{};
   MatmulPush p{u(m),
                u(n),
                u(k),
@@ -329,17 +358,21 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
                u(a.offset),
                u(b.offset),
                u(c.offset),
-               u(rank == 3 ? a.strides[0] : 0),
-               u(rank == 3 ? b.strides[0] : 0),
-               u(rank == 3 ? c.strides[0] : 0),
+               u(ab.outer),
+               u(bb.outer),
+               u(c_batch_stride),
                u(d ? d->strides[rank - 2] : 0),
                u(d ? d->strides[rank - 1] : 0),
                u(d ? d->offset : 0),
-               u(d && rank == 3 ? d->strides[0] : 0),
+               u(db.outer),
                alpha,
                beta,
                1,
-               u(std::max<int64_t>(k, 1))};
+               u(std::max<int64_t>(k, 1)),
+               u(batch_inner),
+               u(ab.inner),
+               u(bb.inner),
+               u(db.inner)};
   const DeviceCaps& caps = ctx.caps();
   auto groups_of = [&](int64_t tile_m, int64_t tile_n, int64_t z) {
     const Groups g{u((n + tile_n - 1) / tile_n), u((m + tile_m - 1) / tile_m), u(z)};
@@ -396,14 +429,14 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
     const char* v = std::getenv("KILN_VULKAN_MATMUL_SCALAR");
     return v && std::strcmp(v, "1") == 0;
   }();
-  auto vec4_ok = [&](bool trans, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t bs,
+  auto vec4_ok = [&](bool trans, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t batch_step,
                      int64_t offset) {
-    if (half || scalar_only || offset % 4 != 0 || (batch > 1 && bs % 4 != 0)) return false;
+    if (half || scalar_only || offset % 4 != 0 || batch_step % 4 != 0) return false;
     return trans ? rs == 1 && rows % 4 == 0 && (cols == 1 || cs % 4 == 0)
                  : cs == 1 && cols % 4 == 0 && (rows == 1 || rs % 4 == 0);
   };
-  const uint32_t a_vec = vec4_ok(a_trans, m, k, p.a_row_stride, p.a_col_stride, p.a_batch_stride, a.offset);
-  const uint32_t b_vec = vec4_ok(b_trans, k, n, p.b_row_stride, p.b_col_stride, p.b_batch_stride, b.offset);
+  const uint32_t a_vec = vec4_ok(a_trans, m, k, p.a_row_stride, p.a_col_stride, ab.step(), a.offset);
+  const uint32_t b_vec = vec4_ok(b_trans, k, n, p.b_row_stride, p.b_col_stride, bb.step(), b.offset);
   const Groups groups = groups_of(plan.tile->bm, plan.tile->bn, batch * plan.splits);
   if (plan.splits == 1) {
     // Binding 4 (the split-K scratch) is not touched without split-K: any buffer does.

@@ -10,8 +10,10 @@
 
 namespace kiln::detail::vk {
 
-/// c = a @ b: a [.., M, K], b [.., K, N], c [.., M, N] with equal batch dims (a or b may have batch
-/// stride 0); a and b any non-negative strides, c's rows contiguous (column stride 1). With an
+/// c = a @ b: a [.., M, K], b [.., K, N], c [.., M, N] with equal batch dims, none, one or two (a
+/// or b may have batch stride 0; two batch dims let attention's [batch, heads] views, which do not
+/// merge into one, be read in place); a and b any non-negative strides, c's rows contiguous (column
+/// stride 1) and its batch dims merging into one. With an
 /// addend d (c's shape, any non-negative strides: 0 broadcasts a bias), c = alpha * a @ b + beta * d
 /// in the same pass (Linear's bias, AddMM). Dtypes (all four views share one): float32; float64
 /// (shaderFloat64); float16 and bfloat16 (16-bit storage), accumulated in float32 and rounded once
