@@ -60,11 +60,18 @@ AttentionDims dims_of(const Array& q, const Array& k, const Array& v, double sca
   return d;
 }
 
+// scale * (a @ b): the scale in the GEMM's epilogue (addmm's alpha, no addend) rather than a pass
+// of its own over an operand or the product; float64 keeps its scale in double, as a multiply.
+Array scaled_matmul(const Array& a, const Array& b, double scale, Stream s) {
+  if (a.dtype() == float64) return multiply(matmul(a, b, s), scale, s);
+  return addmm(zeros({}, a.dtype(), s), a, b, static_cast<float>(scale), 0.0f, s);
+}
+
 // The scores scale * q k^T (+ mask, causal limit) in the compute dtype, as ordinary ops.
 Array scores_composite(double scale, bool causal, const Array& q, const Array& k, const Array* mask,
                        Stream s) {
   const Dtype c = attention_compute_dtype(q.dtype());
-  Array scores = matmul(multiply(astype(q, c, s), scale, s), swapaxes(astype(k, c, s), -1, -2, s), s);
+  Array scores = scaled_matmul(astype(q, c, s), swapaxes(astype(k, c, s), -1, -2, s), scale, s);
   if (mask) scores = add(scores, *mask, s);
   if (causal) {
     const int64_t lq = q.shape(-2), lk = k.shape(-2);
@@ -101,8 +108,8 @@ std::vector<Array> backward_composite(double scale, bool causal, bool has_mask, 
   Array delta = sum(multiply(g, out, s), -1, true, s);
   if (in.size() > o + 3) delta = subtract(delta, expand_dims(astype(in[o + 3], c, s), -1, s), s);
   const Array ds = multiply(p, subtract(dp, delta, s), s);
-  const Array dq = multiply(matmul(ds, kc, s), scale, s);
-  const Array dk = multiply(matmul(swapaxes(ds, -1, -2, s), qc, s), scale, s);
+  const Array dq = scaled_matmul(ds, kc, scale, s);
+  const Array dk = scaled_matmul(swapaxes(ds, -1, -2, s), qc, scale, s);
   std::vector<Array> result{astype(dq, t, s), astype(dk, t, s), astype(dv, t, s)};
   if (with_dscores) result.push_back(ds);
   return result;
