@@ -63,6 +63,11 @@ layout(constant_id = 4) const bool kSplit = false;
 // length, and its other strides and offset are, multiples of 4 (every vec4 wholly in or out).
 layout(constant_id = 5) const bool kAVec = false;
 layout(constant_id = 6) const bool kBVec = false;
+// 16-byte stores of C (float32 only, not with split-K): the host sets it when N, and C's row stride,
+// batch stride and offset, are multiples of 4. An invocation's 4 neighbouring columns go out as one vec4, so a
+// subgroup writes whole rows of the tile: with scalar stores each 16 bytes took four partial
+// writes, a large part of a small-K product's time (attention's per-head products).
+layout(constant_id = 7) const bool kCVec = false;
 
 #ifdef KILN_16BIT
 float kiln_load16(uint bits) { return kBfloat ? kiln_bfloat_to_float(bits) : kiln_half_to_float(bits); }
@@ -77,9 +82,11 @@ layout(std430, set = 0, binding = 4) writeonly buffer Partial { float P[]; };
 #ifdef KILN_16BIT
 layout(std430, set = 0, binding = 5) readonly buffer MatA4 { uint A4[]; };
 layout(std430, set = 0, binding = 6) readonly buffer MatB4 { uint B4[]; };
+layout(std430, set = 0, binding = 7) writeonly buffer MatC4 { uint C4[]; };
 #else
 layout(std430, set = 0, binding = 5) readonly buffer MatA4 { vec4 A4[]; };
 layout(std430, set = 0, binding = 6) readonly buffer MatB4 { vec4 B4[]; };
+layout(std430, set = 0, binding = 7) writeonly buffer MatC4 { vec4 C4[]; };
 #endif
 
 #include "matmul_push.glsl"
@@ -223,6 +230,28 @@ void main() {
   const uint c_base = p.c_offset + batch * p.c_batch_stride;
   const uint d_base = p.d_offset + kiln_batch_offset(batch, p.d_batch_stride, p.d_inner_stride);
   const bool epilogue = p.alpha != 1.0 || p.beta != 0.0;
+#ifndef KILN_16BIT
+  if (kCVec && !kSplit) {
+    [[unroll]] for (uint ga = 0; ga < NVM; ++ga)
+      [[unroll]] for (uint i = 0; i < 4; ++i) {
+        const uint row = bm + ga * (BM / NVM) + ty * 4 + i;
+        if (row >= p.M) continue;
+        [[unroll]] for (uint gb = 0; gb < NVN; ++gb) {
+          const uint col = bn + gb * (BN / NVN) + tx * 4;
+          if (col >= p.N) continue;  // N is a multiple of 4: the whole vec4 is in or out
+          vec4 v = acc[ga * 4 + i][gb];
+          if (epilogue) {
+            v *= p.alpha;
+            if (p.beta != 0.0)
+              [[unroll]] for (uint j = 0; j < 4; ++j)
+                v[j] = fma(p.beta, D[d_base + row * p.d_row_stride + (col + j) * p.d_col_stride], v[j]);
+          }
+          C4[(c_base + row * p.c_row_stride + col) / 4] = v;
+        }
+      }
+    return;
+  }
+#endif
   [[unroll]] for (uint ga = 0; ga < NVM; ++ga)
     [[unroll]] for (uint i = 0; i < 4; ++i) {
       const uint row = bm + ga * (BM / NVM) + ty * 4 + i;

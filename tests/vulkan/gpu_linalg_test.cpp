@@ -196,6 +196,28 @@ TEST_F(GpuMatmulTiles, TwoBatchDimsThatDoNotMergeAreReadInPlace) {
   EXPECT_EQ(detail::vk::last_matmul_batch(), 12);
 }
 
+TEST_F(GpuMatmulTiles, RowsOfWholeVectorsAreStoredWithTheEpilogue) {
+  // N a multiple of 4: the tile writes C's rows as vec4s (ragged M, a bias, a full and a transposed
+  // addend, alpha, batches, every tile shape); N = 6 next to it takes the scalar stores.
+  uint64_t seed = 400;
+  for (const char* tile : {"64w", "128x64", "64x128", "32"}) {
+    use(tile, 1);
+    const std::string what = std::string("tile ") + tile;
+    for (int64_t n : {4, 36, 6}) {
+      const Array a = random_array({37, 40}, seed++), b = random_array({40, n}, seed++);
+      const Array c = random_array({37, n}, seed++), bias = random_array({n}, seed++);
+      const Array c_t = swapaxes(random_array({n, 37}, seed++), 0, 1);
+      const std::string wn = fmt::format("{} n {}", what, n);
+      check(a, b, wn);
+      check(a, b, wn + " full addend", &c, 0.5f, 2.0f);
+      check(a, b, wn + " bias", &bias, 1.0f, 1.0f);
+      check(a, b, wn + " transposed addend", &c_t, -1.0f, 0.25f);
+      check(a, b, wn + " alpha, beta 0", &c, 0.5f, 0.0f);
+      check(random_array({3, 20, 24}, seed++), random_array({3, 24, n}, seed++), wn + " batched");
+    }
+  }
+}
+
 TEST_F(GpuMatmulTiles, SplitKMatchesFloat64) {
   // Long K over few outputs in 1 to 9 slices (the last one short), on several tiles, with both
   // layouts of each operand, batches, a broadcast batch and the addend epilogue.
