@@ -158,7 +158,14 @@ TEST(AsyncEval, MemoryStaysFlatOverALongRun) {
     }
   }
   for (const Array& a : {m.w1, m.b1, m.w2, previous_loss}) a.wait();
-  EXPECT_LE(memory_stats().active_bytes, at_100 + 64 * 1024) << "at step 100: " << at_100;
+  // The scheduler may still be unwinding a job it took (its tape holds that step's intermediates
+  // until the walk returns; under ASan that was 68 KiB past the bound): give it time. A leak never
+  // comes back down.
+  const size_t bound = at_100 + 64 * 1024;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (memory_stats().active_bytes > bound && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_LE(memory_stats().active_bytes, bound) << "at step 100: " << at_100;
 }
 
 TEST(AsyncEval, InsideATraceEvaluatesAtOnce) {
