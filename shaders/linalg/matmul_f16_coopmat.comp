@@ -62,6 +62,7 @@ layout(constant_id = 2) const uint lN = 8;
 layout(constant_id = 3) const uint lK = 16;
 layout(constant_id = 4) const bool kATrans = false;
 layout(constant_id = 5) const bool kBTrans = false;
+layout(constant_id = 6) const bool kTwoBatchDims = false;  // matmul_push.glsl
 
 layout(std430, set = 0, binding = 0) readonly buffer MatA { uvec4 A[]; };
 layout(std430, set = 0, binding = 1) readonly buffer MatB { uvec4 B[]; };

@@ -68,6 +68,7 @@ layout(constant_id = 6) const bool kBVec = false;
 // subgroup writes whole rows of the tile: with scalar stores each 16 bytes took four partial
 // writes, a large part of a small-K product's time (attention's per-head products).
 layout(constant_id = 7) const bool kCVec = false;
+layout(constant_id = 8) const bool kTwoBatchDims = false;  // matmul_push.glsl
 
 #ifdef KILN_16BIT
 float kiln_load16(uint bits) { return kBfloat ? kiln_bfloat_to_float(bits) : kiln_half_to_float(bits); }

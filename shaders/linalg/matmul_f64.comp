@@ -10,6 +10,8 @@
 #extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x = 256) in;
+// Constant 0 (the workgroup size by the shaders' convention) is fixed here.
+layout(constant_id = 1) const bool kTwoBatchDims = false;  // matmul_push.glsl
 
 layout(std430, set = 0, binding = 0) readonly buffer MatA { double A[]; };
 layout(std430, set = 0, binding = 1) readonly buffer MatB { double B[]; };

@@ -2,7 +2,10 @@
 // Product `batch` is (outer, inner) = (batch / batch_inner, batch % batch_inner): A, B and D step by
 // an outer and an inner batch stride each, so two batch dims that do not merge into one (attention's
 // [batch, heads] views of [batch, tokens, heads, ...] arrays) need no copy. C is written whole and
-// row-major: one stride. A single batch dim has batch_inner 1 and inner strides 0.
+// row-major: one stride. A single batch dim has batch_inner 1 and inner strides 0. The includer
+// declares the specialization constant kTwoBatchDims, set by the host only when batch_inner > 1:
+// the split costs registers (the tensor-core kernel 128 -> 146 on the H200, which halved its
+// workgroups per compute unit), so kernels of one batch dim keep the plain product.
 layout(push_constant) uniform Push {
   uint M, N, K;
   uint a_row_stride, a_col_stride, b_row_stride, b_col_stride, c_row_stride;
@@ -16,5 +19,6 @@ layout(push_constant) uniform Push {
 
 // The element offset of product `batch` in an operand with these batch strides.
 uint kiln_batch_offset(uint batch, uint outer_stride, uint inner_stride) {
+  if (!kTwoBatchDims) return batch * outer_stride;
   return (batch / p.batch_inner) * outer_stride + (batch % p.batch_inner) * inner_stride;
 }

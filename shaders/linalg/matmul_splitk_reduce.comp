@@ -22,6 +22,7 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 256;
 layout(constant_id = 1) const bool kBfloat = false;
+layout(constant_id = 2) const bool kTwoBatchDims = false;  // matmul_push.glsl
 
 #ifdef KILN_16BIT
 float kiln_load16(uint bits) { return kBfloat ? kiln_bfloat_to_float(bits) : kiln_half_to_float(bits); }

@@ -373,6 +373,8 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
                u(ab.inner),
                u(bb.inner),
                u(db.inner)};
+  // Specialization constant kTwoBatchDims (shaders/linalg/matmul_push.glsl).
+  const uint32_t two_batch_dims = batch_inner > 1 ? 1u : 0u;
   const DeviceCaps& caps = ctx.caps();
   auto groups_of = [&](int64_t tile_m, int64_t tile_n, int64_t z) {
     const Groups g{u((n + tile_n - 1) / tile_n), u((m + tile_m - 1) / tile_m), u(z)};
@@ -393,7 +395,7 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
       // Constant 0 (the workgroup size by the shaders' convention) is fixed in this shader.
       r.dispatch(shader,
                  {tile.threads(), plan->shape.m, plan->shape.n, plan->shape.k, plan->a_trans ? 1u : 0u,
-                  plan->b_trans ? 1u : 0u},
+                  plan->b_trans ? 1u : 0u, two_batch_dims},
                  {{a.buffer, Access::read},
                   {b.buffer, Access::read},
                   {c.buffer, Access::write},
@@ -405,7 +407,7 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   }
   if (t == float64) {
     const ShaderCode& shader = builtin_shader("matmul_f64");
-    r.dispatch(shader, {},
+    r.dispatch(shader, {256u, two_batch_dims},
                {{a.buffer, Access::read},
                 {b.buffer, Access::read},
                 {c.buffer, Access::write},
@@ -442,7 +444,8 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   const Groups groups = groups_of(plan.tile->bm, plan.tile->bn, batch * plan.splits);
   if (plan.splits == 1) {
     // Binding 4 (the split-K scratch) is not touched without split-K: any buffer does.
-    r.dispatch(shader, {256u, bfloat, a_trans ? 1u : 0u, b_trans ? 1u : 0u, 0u, a_vec, b_vec, c_vec},
+    r.dispatch(shader,
+               {256u, bfloat, a_trans ? 1u : 0u, b_trans ? 1u : 0u, 0u, a_vec, b_vec, c_vec, two_batch_dims},
                {{a.buffer, Access::read},
                 {b.buffer, Access::read},
                 {c.buffer, Access::write},
@@ -468,7 +471,8 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   p.k_chunk = plan.k_chunk;
   // Partial sums go out as scalars: 16-byte stores of the scratch made the GPT's weight-gradient
   // products slower on the H200 (70 -> 95 us), unlike C's.
-  r.dispatch(shader, {256u, bfloat, a_trans ? 1u : 0u, b_trans ? 1u : 0u, 1u, a_vec, b_vec, 0u},
+  r.dispatch(shader,
+             {256u, bfloat, a_trans ? 1u : 0u, b_trans ? 1u : 0u, 1u, a_vec, b_vec, 0u, two_batch_dims},
              {{a.buffer, Access::read},
               {b.buffer, Access::read},
               {a.buffer, Access::read},  // C is not written in the first pass
@@ -482,7 +486,8 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   const Groups reduce_groups{u(static_cast<int64_t>((mn + wg - 1) / wg)), 1, u(batch)};
   if (reduce_groups.x > caps.max_workgroup_count[0])
     throw NotImplemented::of(kOp, "too many outputs for one split-K reduction", "{} @ {}", a.shape, b.shape);
-  r.dispatch(builtin_shader(half ? "matmul_splitk_reduce_h16" : "matmul_splitk_reduce_f32"), {wg, bfloat},
+  r.dispatch(builtin_shader(half ? "matmul_splitk_reduce_h16" : "matmul_splitk_reduce_f32"),
+             {wg, bfloat, two_batch_dims},
              {{scratch, Access::read}, {c.buffer, Access::write}, {d_buffer, Access::read}}, p,
              reduce_groups);
   tls_last_matmul = fmt::format("{}+splitk{}", shader.name, plan.splits);
