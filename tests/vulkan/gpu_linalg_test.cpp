@@ -174,7 +174,8 @@ TEST_F(GpuMatmulTiles, TwoBatchDimsThatDoNotMergeAreReadInPlace) {
   const Array c = heads({2, 9, 9}, 3);
   check(q, kt, "addmm with an addend of two batch strides", &c, 0.5f, 2.0f);
   check(q, random_array({3, 8, 5}, seed++), "b broadcast over the outer batch dim");
-  check(heads({2, 9, 7}, 3), swapaxes(heads({2, 5, 7}, 3), -1, -2), "rows of 7 (scalar loads)");
+  const Array q7 = heads({2, 9, 7}, 3), k7t = swapaxes(heads({2, 5, 7}, 3), -1, -2);
+  check(q7, k7t, "rows of 7 (scalar loads)");
   EXPECT_EQ(detail::vk::last_matmul_batch(), 6);
   // Split-K: the partial sums and the reduction's addend index both batch dims.
   use("64w", 3);
@@ -213,7 +214,8 @@ TEST_F(GpuMatmulTiles, RowsOfWholeVectorsAreStoredWithTheEpilogue) {
       check(a, b, wn + " bias", &bias, 1.0f, 1.0f);
       check(a, b, wn + " transposed addend", &c_t, -1.0f, 0.25f);
       check(a, b, wn + " alpha, beta 0", &c, 0.5f, 0.0f);
-      check(random_array({3, 20, 24}, seed++), random_array({3, 24, n}, seed++), wn + " batched");
+      const Array ab = random_array({3, 20, 24}, seed++), bb = random_array({3, 24, n}, seed++);
+      check(ab, bb, wn + " batched");
     }
   }
 }
