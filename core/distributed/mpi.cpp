@@ -11,8 +11,10 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -89,10 +91,22 @@ struct Runtime {
   bool started_here = false;
   MPI_Op sum_f16 = MPI_OP_NULL;
   MPI_Op sum_bf16 = MPI_OP_NULL;
+  // Set when a group failed (a peer died or stopped answering). Its pending call can then make
+  // MPI_Finalize wait forever for that peer (the dead-rank test hung 60 s under ASan once).
+  mutable std::atomic<bool> group_failed{false};
   ~Runtime() {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
+    if (group_failed.load()) {
+      // Finalize normally where it can (a peer that stopped still finalizes), but do not hang: the
+      // job failed already, and the system reclaims what MPI holds.
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+        std::fputs("kiln: MPI_Finalize did not return within 10 s of a failed group; exiting\n", stderr);
+        std::_Exit(1);
+      }).detach();
+    }
     if (sum_f16 != MPI_OP_NULL) MPI_Op_free(&sum_f16);
     if (sum_bf16 != MPI_OP_NULL) MPI_Op_free(&sum_bf16);
     if (started_here) MPI_Finalize();
@@ -235,6 +249,7 @@ class MpiCommunicator final : public Communicator {
   [[noreturn]] void fail(const char* op, const KeepAlive& keep, const std::string& what) {
     parked_.insert(parked_.end(), keep.begin(), keep.end());
     failure_ = fmt::format("[{}] {}", op, what);
+    runtime_.group_failed.store(true);
     throw RuntimeError::of(op, "communication failed", "rank {} of {}: {}", rank_, size_, what);
   }
 
