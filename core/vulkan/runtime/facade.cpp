@@ -45,19 +45,26 @@ void record_generated(std::string_view expr, Dtype compute, std::span<const vk::
   vk::record_elementwise(vk::thread_recorder(), k, inputs, out);
 }
 
-// v with dims [0, n) merged into one (n = 0 adds a leading dim of 1). Throws NotImplemented when
-// their strides do not allow it.
-vk::GpuView merge_leading(vk::GpuView v, size_t n, const char* op) {
-  const std::optional<int64_t> stride = vk::merged_stride(v, 0, n);
+// v with dims [begin, end) merged into one (an empty range inserts a dim of 1 at begin). Throws
+// NotImplemented when their strides do not allow it.
+vk::GpuView merge_dims(vk::GpuView v, size_t begin, size_t end, const char* op) {
+  const std::optional<int64_t> stride = vk::merged_stride(v, begin, end);
   if (!stride)
     throw NotImplemented::of(op, "batch dims that do not merge into one on the GPU", "{}", v.shape);
-  Shape shape{vk::shape_product(v.shape, 0, n)};
-  Strides strides{*stride};
-  shape.insert(shape.end(), v.shape.begin() + static_cast<long>(n), v.shape.end());
-  strides.insert(strides.end(), v.strides.begin() + static_cast<long>(n), v.strides.end());
+  const auto b = static_cast<long>(begin), e = static_cast<long>(end);
+  Shape shape(v.shape.begin(), v.shape.begin() + b);
+  Strides strides(v.strides.begin(), v.strides.begin() + b);
+  shape.push_back(vk::shape_product(v.shape, begin, end));
+  strides.push_back(*stride);
+  shape.insert(shape.end(), v.shape.begin() + e, v.shape.end());
+  strides.insert(strides.end(), v.strides.begin() + e, v.strides.end());
   v.shape = std::move(shape);
   v.strides = std::move(strides);
   return v;
+}
+// v with dims [0, n) merged into one (n = 0 adds a leading dim of 1).
+vk::GpuView merge_leading(vk::GpuView v, size_t n, const char* op) {
+  return merge_dims(std::move(v), 0, n, op);
 }
 // merge_leading, after a row-major copy of v into a temporary when its batch dims do not merge
 // (matmul reads two batch dims in place, as attention's [batch, heads] views: this is for the
@@ -289,13 +296,7 @@ bool fold_shared_rhs(const Array& a, const Array& b, const Array* addend, Array&
 namespace {
 // v's dims [0, split) and [split, batch) merged into one each: a GEMM view with two batch dims.
 vk::GpuView merge_batch_in_two(vk::GpuView v, size_t split, size_t batch) {
-  Shape shape{vk::shape_product(v.shape, 0, split), vk::shape_product(v.shape, split, batch)};
-  Strides strides{*vk::merged_stride(v, 0, split), *vk::merged_stride(v, split, batch)};
-  shape.insert(shape.end(), v.shape.begin() + static_cast<long>(batch), v.shape.end());
-  strides.insert(strides.end(), v.strides.begin() + static_cast<long>(batch), v.strides.end());
-  v.shape = std::move(shape);
-  v.strides = std::move(strides);
-  return v;
+  return merge_dims(merge_dims(std::move(v), split, batch, "matmul"), 0, split, "matmul");
 }
 
 // matmul's products as one GEMM with two batch dims when some operand's batch dims do not merge into
@@ -305,6 +306,7 @@ vk::GpuView merge_batch_in_two(vk::GpuView v, size_t split, size_t batch) {
 bool two_batch_dims(const Array& a, const Array& b, const Array* addend, Array& out, float alpha, float beta,
                     const Shape& as, const Shape& bs) {
   const size_t batch = as.size() - 2;
+  if (batch < 2) return false;
   std::vector<vk::GpuView> views{broadcast_view(a, as), broadcast_view(b, bs)};
   if (addend) views.push_back(broadcast_view(*addend, out.shape()));
   const bool one_dim = std::ranges::all_of(
@@ -312,7 +314,7 @@ bool two_batch_dims(const Array& a, const Array& b, const Array* addend, Array& 
   const bool negative = std::ranges::any_of(views, [](const vk::GpuView& v) {
     return std::ranges::any_of(v.strides, [](int64_t st) { return st < 0; });
   });
-  if (batch < 2 || one_dim || negative) return false;
+  if (one_dim || negative) return false;
   for (size_t split = 1; split < batch; ++split) {
     const bool merges = std::ranges::all_of(views, [&](const vk::GpuView& v) {
       return vk::merged_stride(v, 0, split).has_value() && vk::merged_stride(v, split, batch).has_value();
