@@ -97,6 +97,9 @@ def torch_figures(small):
         return z
 
     out["chain_1000"] = timed(chain, sync, repeats=10) / 1000 * 1e6
+    # The same 1000 kernels captured once as a CUDA graph and replayed: the peer of kiln's replayed
+    # chain (what a dependent kernel costs the GPU with no host work).
+    out["chain_1000_graph"] = timed(graph_step(torch, cuda, chain), sync, repeats=10) / 1000 * 1e6
 
     # MLP 784-512-512-10, Adam, batch 128.
     nn = torch.nn
@@ -149,6 +152,8 @@ def main():
         ("add 1 GiB vs d2d copy", k.get("add_1gib", {}).get("GB/s"), t["copy_1gib"], "GB/s", True, ">= 0.9x"),
         ("dispatch, 1000-op chain", k.get("chain_1000", {}).get("us/op"), t["chain_1000"], "us/op", False,
          "<= 2 us (peer: eager)"),
+        ("  same, recorded once and replayed", k.get("chain_1000_replayed", {}).get("us/op"),
+         t["chain_1000_graph"], "us/op", False, "<= 2 us (peer: CUDA graph)"),
         ("  same, vk::Recorder alone", k.get("recorder_chain_1000", {}).get("us/op"), t["chain_1000"], "us/op",
          False, "<= 2 us (no graph: a recording's cost)"),
         ("MLP Adam step, eager", k.get("mlp_adam_step", {}).get("ms"), t["mlp_adam_step"], "ms", False,

@@ -1,10 +1,10 @@
 // kiln's GPU figures for issue 9's targets, on the default GPU (KILN_VULKAN_ALLOW_CPU=1 lets it
 // run on lavapipe, with KILN_GPU_BENCH_SMALL=1 for sizes a CPU device finishes): GEMM 4096^3
 // float32 and float16 (float32 accumulation), elementwise add of 1 GiB, the dispatch cost per primitive
-// in a 1000-op chain evaluated as one submit, and training steps of the MLP (784-512-512-10, Adam,
-// batch 128) and the small GPT (4 layers, d 256, 4 heads, context 128, batch 32, AdamW).
-// bench/gpu_vs_pytorch.sh runs it beside bench/gpu_peer.py (PyTorch on the same GPU) and prints
-// one table.
+// in a 1000-op chain evaluated as one submit (and the same chain captured once and replayed), and training
+// steps of the MLP (784-512-512-10, Adam, batch 128) and the small GPT (4 layers, d 256, 4 heads, context
+// 128, batch 32, AdamW). bench/gpu_vs_pytorch.sh runs it beside bench/gpu_peer.py (PyTorch on the same GPU)
+// and prints one table.
 #include <benchmark/benchmark.h>
 #include <kiln/kiln.h>
 #include <kiln/models/gpt.h>
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/vulkan/gpu_capture.h"
 #include "kiln/core/vulkan/runtime/context.h"
 #include "kiln/core/vulkan/runtime/elementwise.h"
 #include "kiln/core/vulkan/runtime/memory.h"
@@ -179,14 +180,37 @@ void BM_gpu_add_1gib(benchmark::State& st) {
 void BM_gpu_chain_1000(benchmark::State& st) {
   if (!use_gpu(st)) return;
   const Array x = device_random({1024}, 6);
+  StepPhases phases;
   auto chain = [&] {
+    const auto t0 = Clock::now();
     Array y = x;
     for (int i = 0; i < 1000; ++i) y = (i % 2) ? kiln::multiply(y, 0.999f) : kiln::add(y, 0.001f);
+    const auto t1 = Clock::now();
     y.eval();
+    phases.add(t0, t1, Clock::now());
   };
   chain();
+  phases = {};
   for (auto _ : st) chain();
+  phases.report(st);
   // Seconds per iteration / 1000 ops, in microseconds.
+  st.counters["us/op"] =
+      benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+// The same chain recorded once, unfused, into a captured program (detail::capture_eval: the Vulkan
+// analogue of a CUDA graph) and replayed alone: the GPU's cost per dependent dispatch, with no
+// recording at all.
+void BM_gpu_chain_1000_replayed(benchmark::State& st) {
+  if (!use_gpu(st)) return;
+  const Array x = device_random({1024}, 6);
+  Array y = x;
+  for (int i = 0; i < 1000; ++i) y = (i % 2) ? kiln::multiply(y, 0.999f) : kiln::add(y, 0.001f);
+  const auto program = kiln::detail::capture_eval(std::vector<Array>{y});
+  kiln::gpu::replay_and_wait(program);
+  start_gpu_time();
+  for (auto _ : st) kiln::gpu::replay_and_wait(program);
+  report_gpu_time(st);
   st.counters["us/op"] =
       benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
@@ -397,6 +421,7 @@ BENCHMARK(BM_gpu_matmul_shape)
     ->UseRealTime();
 BENCHMARK(BM_gpu_add_1gib)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_chain_1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gpu_chain_1000_replayed)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_recorder_chain_1000)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_mlp_adam_step<false>)
     ->Name("BM_gpu_mlp_adam_step")

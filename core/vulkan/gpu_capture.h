@@ -28,6 +28,11 @@ size_t captured_commands(const CapturedProgram& program);
 /// How many pipeline barriers separate them.
 size_t captured_barriers(const CapturedProgram& program);
 
+/// Submits one replay of `program` alone (nothing copied in or out: it reads and writes the buffers
+/// it was recorded with) and waits for it: the cost of the recorded work itself, for benchmarks and
+/// tests. Throws ValueError while this thread captures, DeviceError as an evaluation does.
+void replay_and_wait(const std::shared_ptr<const CapturedProgram>& program);
+
 /// Records a replay of `program` into this thread's recording: each of `inputs` copied into the
 /// program's `slots_in` (the arrays its recording read, same shapes and dtypes, row-major), the
 /// program, then each of `slots_out` (the arrays it wrote) copied into fresh storage for

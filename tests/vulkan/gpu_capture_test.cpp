@@ -182,6 +182,29 @@ TEST_F(GpuCapture, IndependentWorkIsRecordedSideBySide) {
   expect_same_bits(got, chains(x1, x2), "the replay against the graph");
 }
 
+// replay_and_wait runs a captured program alone (what gpu_bench's replayed chain times): a chain of
+// dependent elementwise dispatches recorded without fusion gives the step-by-step values, and a
+// replay while capturing, or of no program, is refused.
+TEST_F(GpuCapture, ReplayAndWaitRunsTheProgramAlone) {
+  const Array x = random_input({1000}, 33);
+  eval({x});
+  auto chain = [&] {
+    Array y = x;
+    for (int i = 0; i < 40; ++i) y = (i % 2) ? multiply(y, 0.999f) : add(y, 0.001f);
+    return y;
+  };
+  const Array y = chain();
+  const auto program = detail::capture_eval(std::vector<Array>{y});
+  EXPECT_EQ(gpu::captured_commands(*program), 40u);
+  EXPECT_EQ(gpu::captured_barriers(*program), 39u);
+  for (int replay = 0; replay < 2; ++replay) gpu::replay_and_wait(program);
+  expect_same_bits(y, chain(), "the replayed chain against the graph");
+  EXPECT_THROW(gpu::replay_and_wait(nullptr), ValueError);
+  gpu::begin_capture();
+  EXPECT_THROW(gpu::replay_and_wait(program), ValueError);
+  gpu::abort_capture();
+}
+
 // A strided view that two products read (attention's per-head views, whose batch dims do not merge)
 // is copied once per recording: one copy and two GEMMs.
 // Attention's per-head views, whose batch dims do not merge into one, are read in place: the GEMM

@@ -55,6 +55,16 @@ bool capturing() { return tls_capturing; }
 size_t captured_commands(const CapturedProgram& program) { return program.commands->commands(); }
 size_t captured_barriers(const CapturedProgram& program) { return program.commands->barriers(); }
 
+void replay_and_wait(const std::shared_ptr<const CapturedProgram>& program) {
+  if (!program) throw ValueError::of("gpu replay", "no captured program");
+  if (tls_capturing)
+    throw ValueError::of("gpu replay", "a captured program cannot be replayed while capturing");
+  // A recorder of its own: this thread's may hold an evaluation's work not yet submitted.
+  vk::Recorder r(vk::context());
+  r.execute(program->commands);
+  r.submit_and_wait();
+}
+
 void run_captured(const std::shared_ptr<const CapturedProgram>& program, std::span<const Array> inputs,
                   std::span<const Array> slots_in, std::span<const Array> slots_out,
                   std::span<Array> outputs) {
