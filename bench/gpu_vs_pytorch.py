@@ -152,7 +152,7 @@ def main():
         ("add 1 GiB vs d2d copy", k.get("add_1gib", {}).get("GB/s"), t["copy_1gib"], "GB/s", True, ">= 0.9x"),
         ("dispatch, 1000-op chain", k.get("chain_1000", {}).get("us/op"), t["chain_1000"], "us/op", False,
          "<= 2 us (peer: eager)"),
-        ("  same, recorded once and replayed", k.get("chain_1000_replayed", {}).get("us/op"),
+        ("  same, captured, replayed", k.get("chain_1000_replayed", {}).get("us/op"),
          t["chain_1000_graph"], "us/op", False, "<= 2 us (peer: CUDA graph)"),
         ("  same, vk::Recorder alone", k.get("recorder_chain_1000", {}).get("us/op"), t["chain_1000"], "us/op",
          False, "<= 2 us (no graph: a recording's cost)"),
