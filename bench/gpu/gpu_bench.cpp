@@ -175,6 +175,18 @@ void BM_gpu_add_1gib(benchmark::State& st) {
       benchmark::Counter(12.0 * static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// 1000 dependent elementwise ops (alternately + 0.001 and * 0.999) on x, not evaluated.
+Array dependent_chain(const Array& x) {
+  Array y = x;
+  for (int i = 0; i < 1000; ++i) y = (i % 2) ? kiln::multiply(y, 0.999f) : kiln::add(y, 0.001f);
+  return y;
+}
+// Seconds per iteration / 1000 ops, in microseconds.
+void report_us_per_op(benchmark::State& st) {
+  st.counters["us/op"] =
+      benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
 // 1000 dependent elementwise ops on a small array, evaluated together: one command buffer, one
 // submit; the time per op is the recording and dispatch overhead.
 void BM_gpu_chain_1000(benchmark::State& st) {
@@ -183,8 +195,7 @@ void BM_gpu_chain_1000(benchmark::State& st) {
   StepPhases phases;
   auto chain = [&] {
     const auto t0 = Clock::now();
-    Array y = x;
-    for (int i = 0; i < 1000; ++i) y = (i % 2) ? kiln::multiply(y, 0.999f) : kiln::add(y, 0.001f);
+    Array y = dependent_chain(x);
     const auto t1 = Clock::now();
     y.eval();
     phases.add(t0, t1, Clock::now());
@@ -193,9 +204,7 @@ void BM_gpu_chain_1000(benchmark::State& st) {
   phases = {};
   for (auto _ : st) chain();
   phases.report(st);
-  // Seconds per iteration / 1000 ops, in microseconds.
-  st.counters["us/op"] =
-      benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  report_us_per_op(st);
 }
 
 // The same chain recorded once, unfused, into a captured program (detail::capture_eval: the Vulkan
@@ -204,15 +213,12 @@ void BM_gpu_chain_1000(benchmark::State& st) {
 void BM_gpu_chain_1000_replayed(benchmark::State& st) {
   if (!use_gpu(st)) return;
   const Array x = device_random({1024}, 6);
-  Array y = x;
-  for (int i = 0; i < 1000; ++i) y = (i % 2) ? kiln::multiply(y, 0.999f) : kiln::add(y, 0.001f);
-  const auto program = kiln::detail::capture_eval(std::vector<Array>{y});
+  const auto program = kiln::detail::capture_eval(std::vector<Array>{dependent_chain(x)});
   kiln::gpu::replay_and_wait(program);
   start_gpu_time();
   for (auto _ : st) kiln::gpu::replay_and_wait(program);
   report_gpu_time(st);
-  st.counters["us/op"] =
-      benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  report_us_per_op(st);
 }
 
 // The same 1000 dependent dispatches recorded through the runtime directly (vk::Recorder, the
@@ -247,8 +253,7 @@ void BM_gpu_recorder_chain_1000(benchmark::State& st) {
   start_gpu_time();
   for (auto _ : st) chain();
   report_gpu_time(st);
-  st.counters["us/op"] =
-      benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  report_us_per_op(st);
 }
 
 // The training steps, eager (every kernel recorded each step) or compiled (optim::CompiledStep:

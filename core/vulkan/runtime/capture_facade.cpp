@@ -55,10 +55,16 @@ bool capturing() { return tls_capturing; }
 size_t captured_commands(const CapturedProgram& program) { return program.commands->commands(); }
 size_t captured_barriers(const CapturedProgram& program) { return program.commands->barriers(); }
 
+namespace {
+constexpr const char* kReplay = "gpu replay";
+void check_replayable(const std::shared_ptr<const CapturedProgram>& program) {
+  if (!program) throw ValueError::of(kReplay, "no captured program");
+  if (tls_capturing) throw ValueError::of(kReplay, "a captured program cannot be replayed while capturing");
+}
+}  // namespace
+
 void replay_and_wait(const std::shared_ptr<const CapturedProgram>& program) {
-  if (!program) throw ValueError::of("gpu replay", "no captured program");
-  if (tls_capturing)
-    throw ValueError::of("gpu replay", "a captured program cannot be replayed while capturing");
+  check_replayable(program);
   // A recorder of its own: this thread's may hold an evaluation's work not yet submitted.
   vk::Recorder r(vk::context());
   r.execute(program->commands);
@@ -68,19 +74,17 @@ void replay_and_wait(const std::shared_ptr<const CapturedProgram>& program) {
 void run_captured(const std::shared_ptr<const CapturedProgram>& program, std::span<const Array> inputs,
                   std::span<const Array> slots_in, std::span<const Array> slots_out,
                   std::span<Array> outputs) {
-  constexpr const char* op = "gpu replay";
-  if (!program) throw ValueError::of(op, "no captured program");
-  if (tls_capturing) throw ValueError::of(op, "a captured program cannot be replayed while capturing");
+  check_replayable(program);
   if (inputs.size() != slots_in.size() || outputs.size() != slots_out.size())
-    throw ValueError::of(op, "the number of inputs or outputs differs from the capture",
+    throw ValueError::of(kReplay, "the number of inputs or outputs differs from the capture",
                          "{} inputs for {}, {} outputs for {}", inputs.size(), slots_in.size(),
                          outputs.size(), slots_out.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].shape() != slots_in[i].shape())
-      throw ShapeError::of(op, "an input's shape differs from the capture's", "input {}: {} vs {}", i,
+      throw ShapeError::of(kReplay, "an input's shape differs from the capture's", "input {}: {} vs {}", i,
                            shape_str(inputs[i].shape()), shape_str(slots_in[i].shape()));
     if (inputs[i].dtype() != slots_in[i].dtype())
-      throw DtypeError::of(op, "an input's dtype differs from the capture's", "input {}", i);
+      throw DtypeError::of(kReplay, "an input's dtype differs from the capture's", "input {}", i);
   }
   vk::Recorder& r = vk::thread_recorder();
   // Inputs in, the program, results out: the copies of each side in one dispatch (record_copies).
