@@ -169,15 +169,24 @@ void publish(ArrayNode& n, bool keep_graph);
 
 void publish_outputs(const std::shared_ptr<ArrayNode>& node, bool keep) {
   if (!node->group) return publish(*node, keep);  // a single output: no list of outputs to build
-  for (Array& o : Array(node).outputs()) publish(o.node(), keep);
-  if (const std::shared_ptr<SiblingGroup>& group = node->group) {
-    {
-      std::lock_guard lock(group->lock);
-      group->async_error = nullptr;
-    }
-    group->state.store(NodeState::available, std::memory_order_release);
-    group->state.notify_all();
+  const std::shared_ptr<SiblingGroup>& group = node->group;
+  // The outputs still held somewhere (a dropped one has nothing to publish), gathered under the
+  // group's lock and published outside it. The list is the thread's, reused: a replayed training
+  // step has about 160 outputs, and a fresh list per step showed in its host time.
+  thread_local std::vector<std::shared_ptr<ArrayNode>> scratch;
+  std::vector<std::shared_ptr<ArrayNode>> live = std::move(scratch);
+  live.clear();
+  {
+    std::lock_guard lock(group->lock);
+    for (const std::weak_ptr<ArrayNode>& w : group->outputs)
+      if (std::shared_ptr<ArrayNode> n = w.lock()) live.push_back(std::move(n));
+    group->async_error = nullptr;
   }
+  for (const std::shared_ptr<ArrayNode>& n : live) publish(*n, keep);
+  group->state.store(NodeState::available, std::memory_order_release);
+  group->state.notify_all();
+  live.clear();
+  scratch = std::move(live);
 }
 
 // GPU work submitted without a wait, oldest first, with the nodes it computes (each claim word

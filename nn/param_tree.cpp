@@ -13,23 +13,29 @@ bool ParamTree::contains(std::string_view key) const { return index_.find(key) !
 const Array& ParamTree::at(std::string_view key) const {
   auto it = index_.find(key);
   if (it != index_.end()) return items_[it->second].second;
-  // Name a neighbour: most misses are a typo or a missing prefix.
-  auto near = index_.lower_bound(key);
-  if (near == index_.end() && !index_.empty()) --near;
-  if (near == index_.end()) throw KeyError::of("ParamTree", "no such key", "'{}' (the tree is empty)", key);
+  if (items_.empty()) throw KeyError::of("ParamTree", "no such key", "'{}' (the tree is empty)", key);
+  // Name a neighbour: most misses are a typo or a missing prefix. The nearest is the first key after
+  // `key` in sorted order, else the last key.
+  const std::string* after = nullptr;
+  const std::string* last = nullptr;
+  for (const Item& item : items_) {
+    const std::string& k = item.first;
+    if (k > key && (!after || k < *after)) after = &k;
+    if (!last || k > *last) last = &k;
+  }
   throw KeyError::of("ParamTree", "no such key", "'{}' ({} keys; nearest: '{}')", key, items_.size(),
-                     near->first);
+                     after ? *after : *last);
 }
 
-void ParamTree::set(std::string key, Array value) {
+void ParamTree::set(std::string_view key, Array value) {
   if (key.empty()) throw ValueError::of("ParamTree", "empty key");
   auto it = index_.find(key);
   if (it != index_.end()) {
     items_[it->second].second = std::move(value);
     return;
   }
-  index_.emplace(key, items_.size());
-  items_.emplace_back(std::move(key), std::move(value));
+  index_.emplace(std::string(key), items_.size());
+  items_.emplace_back(std::string(key), std::move(value));
 }
 
 bool ParamTree::erase(std::string_view key) {

@@ -2,9 +2,9 @@
 // ParamTree: arrays by dotted key ("layers.0.attn.q_proj.weight"), in a fixed order. Parameters,
 // gradients and optimizer state all travel as ParamTrees, so they line up key by key.
 #include <functional>
-#include <map>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -27,7 +27,7 @@ class ParamTree {
   /// The array at `key`; throws KeyError naming the key (and a close key, if any) when absent.
   const Array& at(std::string_view key) const;
   /// Inserts or replaces (a replaced key keeps its place). Throws ValueError for an empty key.
-  void set(std::string key, Array value);
+  void set(std::string_view key, Array value);
   /// Removes `key`; returns whether it was there.
   bool erase(std::string_view key);
 
@@ -44,8 +44,14 @@ class ParamTree {
   ParamTree map(const std::function<Array(const std::string& key, const Array& value)>& f) const;
 
  private:
+  // Lookups by string_view without building a string (C++20 heterogeneous lookup): an optimizer
+  // or a compiled step looks up and replaces a few hundred keys each step.
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view k) const noexcept { return std::hash<std::string_view>{}(k); }
+  };
   std::vector<Item> items_;
-  std::map<std::string, size_t, std::less<>> index_;
+  std::unordered_map<std::string, size_t, KeyHash, std::equal_to<>> index_;
 };
 
 /// Evaluates every array of the trees together (one graph walk).

@@ -60,21 +60,46 @@ void report_gpu_time(benchmark::State& st) {
   st.counters["gpu_us"] = ms * 1e3 / static_cast<double>(st.iterations());
 }
 
-// Host time of a training step's two phases: building its lazy graph (the forward, gradient and
-// update calls, or CompiledStep's call) and evaluating it (recording, submitting, waiting).
+// Host time of a training step's phases: building its lazy graph (the forward, gradient and
+// update calls, or CompiledStep's call: graph_us), recording and submitting it (detail::eval_nowait:
+// record_us) and completing it (the wait for the GPU, then publishing the results: wait_us). The
+// first two are host work the GPU does not overlap in a step-by-step loop.
 using Clock = std::chrono::steady_clock;
 struct StepPhases {
-  double graph_s = 0, eval_s = 0;
-  void add(Clock::time_point t0, Clock::time_point t1, Clock::time_point t2) {
+  double graph_s = 0, record_s = 0, wait_s = 0;
+  // Builds the step's graph with `build` and evaluates what it returns, timing each phase.
+  template <class Build>
+  void run(Build&& build) {
+    const auto t0 = Clock::now();
+    const std::vector<Array> out = build();
+    const auto t1 = Clock::now();
+    kiln::detail::eval_nowait(out);
+    const auto t2 = Clock::now();
+    kiln::eval(out);
+    const auto t3 = Clock::now();
     graph_s += std::chrono::duration<double>(t1 - t0).count();
-    eval_s += std::chrono::duration<double>(t2 - t1).count();
+    record_s += std::chrono::duration<double>(t2 - t1).count();
+    wait_s += std::chrono::duration<double>(t3 - t2).count();
   }
   void report(benchmark::State& st) const {
     if (st.iterations() == 0) return;
-    st.counters["graph_us"] = graph_s * 1e6 / static_cast<double>(st.iterations());
-    st.counters["eval_us"] = eval_s * 1e6 / static_cast<double>(st.iterations());
+    const auto per_step = [&](double s) { return s * 1e6 / static_cast<double>(st.iterations()); };
+    st.counters["graph_us"] = per_step(graph_s);
+    st.counters["record_us"] = per_step(record_s);
+    st.counters["wait_us"] = per_step(wait_s);
   }
 };
+
+// A training step's outputs: the loss, the parameters and the optimizer's state.
+std::vector<Array> step_outputs(const Array& loss, const kiln::nn::Module& model,
+                                const kiln::optim::Optimizer& opt) {
+  std::vector<Array> out{loss};
+  const kiln::nn::ParamTree params = model.parameters();
+  for (const kiln::nn::ParamTree* tree : {&params, &opt.state()})
+    for (const auto& [key, a] : *tree)
+      if (a.valid()) out.push_back(a);
+  return out;
+}
 
 Array device_random(const kiln::Shape& shape, uint64_t seed) {
   Array x = kiln::random::uniform(shape, kiln::random::key(seed), -1.0, 1.0);
@@ -193,13 +218,7 @@ void BM_gpu_chain_1000(benchmark::State& st) {
   if (!use_gpu(st)) return;
   const Array x = device_random({1024}, 6);
   StepPhases phases;
-  auto chain = [&] {
-    const auto t0 = Clock::now();
-    Array y = dependent_chain(x);
-    const auto t1 = Clock::now();
-    y.eval();
-    phases.add(t0, t1, Clock::now());
-  };
+  auto chain = [&] { phases.run([&] { return std::vector<Array>{dependent_chain(x)}; }); };
   chain();
   phases = {};
   for (auto _ : st) chain();
@@ -288,20 +307,12 @@ void BM_gpu_mlp_adam_step(benchmark::State& st) {
       x = host_x[turn % 8];
       y = host_y[turn++ % 8];
     }
-    const auto t0 = Clock::now();
-    Array l;
-    if constexpr (kCompiled) {
-      l = compiled({x, y});
-    } else {
+    phases.run([&] {
+      if constexpr (kCompiled) return step_outputs(compiled({x, y}), model, opt);
       auto [value, grads] = grad_fn(x, y);
       opt.update(model, grads);
-      l = value;
-    }
-    const auto params = model.parameters();
-    const auto t1 = Clock::now();
-    kiln::nn::eval({&params, &opt.state()});
-    l.eval();
-    phases.add(t0, t1, Clock::now());
+      return step_outputs(value, model, opt);
+    });
   };
   for (int i = 0; i < 3; ++i) one();
   phases = {};
@@ -329,20 +340,12 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
                                      [&](const std::vector<Array>& b) { return loss(b[0], b[1]); });
   StepPhases phases;
   auto one = [&] {
-    const auto t0 = Clock::now();
-    Array l;
-    if constexpr (kCompiled) {
-      l = compiled({x, y});
-    } else {
+    phases.run([&] {
+      if constexpr (kCompiled) return step_outputs(compiled({x, y}), model, opt);
       auto [value, grads] = grad_fn(x, y);
       opt.update(model, grads);
-      l = value;
-    }
-    const auto params = model.parameters();
-    const auto t1 = Clock::now();
-    kiln::nn::eval({&params, &opt.state()});
-    l.eval();
-    phases.add(t0, t1, Clock::now());
+      return step_outputs(value, model, opt);
+    });
   };
   for (int i = 0; i < 2; ++i) one();
   phases = {};
@@ -468,6 +471,34 @@ void BM_gpu_reduce_sum(benchmark::State& st) {
                                            benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Layer norm of the GPT's activations ([4096, 256], with weight and bias): st.range(0) = 0 the
+// forward kernel, 1 its vjp (dx, and the weight's and bias's gradients: the norm_rows_vjp kernel and
+// two column sums). GB/s counts the float32 bytes the row kernels must move (forward: x in, y out;
+// backward: x and the cotangent in, dx out).
+void BM_gpu_layer_norm(benchmark::State& st) {
+  if (!use_gpu(st)) return;
+  const int64_t rows = 4096, cols = 256;
+  const bool backward = st.range(0) != 0;
+  const Array x = device_random({rows, cols}, 13), w = device_random({cols}, 14),
+              b = device_random({cols}, 15);
+  const Array g = device_random({rows, cols}, 16);
+  auto one = [&] {
+    if (!backward) return kiln::eval(kiln::layer_norm(x, w, b, 1e-5));
+    const auto [out, grads] = kiln::vjp(
+        [](const std::vector<Array>& in) {
+          return std::vector<Array>{kiln::layer_norm(in[0], in[1], in[2], 1e-5)};
+        },
+        {x, w, b}, {g});
+    kiln::eval(grads);
+  };
+  for (int i = 0; i < 2; ++i) one();
+  start_gpu_time();
+  for (auto _ : st) one();
+  report_gpu_time(st);
+  st.counters["GB/s"] = benchmark::Counter((backward ? 12.0 : 8.0) * static_cast<double>(rows * cols) * 1e-9,
+                                           benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // BM_gpu_add_1gib on views one element into their buffers: offsets not a multiple of 16 bytes, so
 // the kernel reads and writes element by element instead of in 16-byte vectors.
 void BM_gpu_add_1gib_unaligned(benchmark::State& st) {
@@ -484,6 +515,7 @@ void BM_gpu_add_1gib_unaligned(benchmark::State& st) {
 }  // namespace
 
 BENCHMARK(BM_gpu_add_1gib_unaligned)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gpu_layer_norm)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_gpu_reduce_sum)
     ->Args({4096, 768, 0})
     ->Args({4096, 768, 1})

@@ -240,7 +240,10 @@ struct CompileState {
 
   std::vector<Array> call(const std::vector<Array>& inputs) {
     const Signature sig = signature_of(inputs, shapeless);
-    const std::vector<Shape> shapes = shapes_of(inputs);
+    // The inputs' shapes: the signature's own unless it keeps ranks only (a step with a few
+    // hundred inputs copied them twice a call).
+    const std::vector<Shape> shapeless_shapes = shapeless ? shapes_of(inputs) : std::vector<Shape>{};
+    const std::vector<Shape>& shapes = shapeless ? shapeless_shapes : sig.shapes;
     std::shared_ptr<const CompiledGraph> graph;
     std::shared_ptr<CaptureCell> capture;
     std::optional<CompiledGraph> to_verify;  // shapeless, new shapes: the traced graph to compare with

@@ -132,6 +132,35 @@ TEST(Module, FreezeByKeySubmoduleOrAll) {
   EXPECT_TRUE(net.trainable_parameters().contains("head.weight"));  // nothing changed
 }
 
+// ParamTree's lookups: insertion order kept through replace and erase, and a miss names the
+// nearest key (the first after it in sorted order, else the last).
+TEST(ParamTree, LookupReplaceEraseAndMisses) {
+  ParamTree t;
+  const Array a = arange(0, 3, 1), b = arange(3, 5, 1), c = arange(5, 6, 1);
+  t.set("fc2.weight", a);
+  t.set("fc1.bias", b);
+  t.set(std::string_view("fc1.weight"), c);
+  t.set("fc1.bias", a);  // replaced in place
+  EXPECT_EQ(t.keys(), (std::vector<std::string>{"fc2.weight", "fc1.bias", "fc1.weight"}));
+  EXPECT_EQ(t.at("fc1.bias").id(), a.id());
+  EXPECT_TRUE(t.erase("fc2.weight"));
+  EXPECT_FALSE(t.erase("fc2.weight"));
+  EXPECT_EQ(t.keys(), (std::vector<std::string>{"fc1.bias", "fc1.weight"}));
+  EXPECT_EQ(t.at("fc1.weight").id(), c.id());  // its index moved down with the erase
+  auto miss = [&](std::string_view key) {
+    try {
+      (void)t.at(key);
+    } catch (const KeyError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(miss("fc1.b").find("nearest: 'fc1.bias'"), std::string::npos) << miss("fc1.b");
+  EXPECT_NE(miss("fc9").find("nearest: 'fc1.weight'"), std::string::npos) << miss("fc9");
+  t = ParamTree();
+  EXPECT_NE(miss("x").find("the tree is empty"), std::string::npos) << miss("x");
+}
+
 TEST(Module, UpdateAppliesEverythingOrNothing) {
   Net net;
   const ParamTree before = net.parameters();

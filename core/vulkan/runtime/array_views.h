@@ -60,10 +60,35 @@ inline bool is_row_major(const GpuView& v) {
 /// of one dtype). Either view may be strided. Defined in facade.cpp.
 void record_copy_any(Recorder& r, const GpuView& src, const GpuView& dst);
 
-/// dst[i] = src[i] for every i, as record_copy_any does each, but in one dispatch for all the pairs
-/// of one dtype that are row-major and 4-byte aligned (where the device has buffer device
-/// addresses); a pair may not write a buffer another reads. Defined in facade.cpp.
+/// `bytes` bytes from src at byte src_offset to dst at byte dst_offset (offsets from each
+/// DeviceBuffer's start). The pointers must outlive the call.
+struct ByteCopy {
+  const BufferPtr* src;
+  uint64_t src_offset;
+  const BufferPtr* dst;
+  uint64_t dst_offset;
+  uint64_t bytes;
+};
+
+/// Every copy of `copies`: in one dispatch those whose ends are 4-byte aligned (where the device
+/// has buffer device addresses), a buffer copy each for the others. A copy may not write a buffer
+/// another reads. Defined in facade.cpp.
+void record_byte_copies(Recorder& r, std::span<const ByteCopy> copies);
+
+/// dst[i] = src[i] for every i, as record_copy_any does each, but the pairs of one dtype that are
+/// both row-major go through record_byte_copies. Defined in facade.cpp.
 void record_copies(Recorder& r, std::span<const GpuView> src, std::span<const GpuView> dst);
+
+/// The copy of row-contiguous `src` into `dst`, an array of its dtype and size (a replay's input
+/// into its slot, say), as a ByteCopy; nullopt when src is strided or either is empty.
+inline std::optional<ByteCopy> dense_copy(const Array& src, const Array& dst) {
+  if (!src.row_contiguous() || src.dtype() != dst.dtype() || src.size() != dst.size() || src.size() == 0)
+    return std::nullopt;
+  const ArrayNode &s = src.node(), &d = dst.node();
+  const auto item = static_cast<uint64_t>(size_of(s.dtype));
+  return ByteCopy{&s.buffer->device(), static_cast<uint64_t>(s.offset) * item, &d.buffer->device(),
+                  static_cast<uint64_t>(d.offset) * item, static_cast<uint64_t>(src.nbytes())};
+}
 
 /// v with the dims listed in `axes` moved to the end, the others keeping their order.
 inline GpuView move_axes_to_end(GpuView v, std::span<const int> axes) {

@@ -113,39 +113,32 @@ void record_copy_any(Recorder& r, const GpuView& src, const GpuView& dst) {
   record_elementwise(r, k, {&src, 1}, dst);
 }
 
-void record_copies(Recorder& r, std::span<const GpuView> src, std::span<const GpuView> dst) {
-  if (src.size() != dst.size())
-    throw ValueError::of("gpu copies", "as many destinations as sources", "{} and {}", src.size(),
-                         dst.size());
-  // One copy_many dispatch moves the pairs it can (same dtype, both row-major, whole 4-byte words at
-  // 4-byte addresses, on a device with buffer device addresses); each other pair is one command.
+void record_byte_copies(Recorder& r, std::span<const ByteCopy> copies) {
+  // One copy_many dispatch moves the copies it can (whole 4-byte words at 4-byte addresses, on a
+  // device with buffer device addresses); each other copy is one command.
   Context& ctx = r.context();
   std::vector<uint32_t> table;
   std::vector<Binding> touched;
+  table.reserve(8 * copies.size());
+  touched.reserve(2 * copies.size());
   uint64_t most_bytes = 0;
-  for (size_t i = 0; i < src.size(); ++i) {
-    const GpuView &s = src[i], &d = dst[i];
-    if (s.shape != d.shape)
-      throw ShapeError::of("gpu copies", "shapes differ", "pair {}: {} vs {}", i, s.shape, d.shape);
-    const uint64_t item = static_cast<uint64_t>(size_of(s.dtype));
-    const uint64_t bytes = static_cast<uint64_t>(numel(s.shape)) * item;
-    if (bytes == 0) continue;
-    const uint64_t from = s.buffer->address() + static_cast<uint64_t>(s.offset) * item;
-    const uint64_t to = d.buffer->address() + static_cast<uint64_t>(d.offset) * item;
-    const bool batched = s.buffer->address() != 0 && d.buffer->address() != 0 && s.dtype == d.dtype &&
-                         is_row_major(s) && is_row_major(d) && bytes % 4 == 0 && from % 4 == 0 &&
-                         to % 4 == 0 && bytes <= UINT32_MAX &&
+  for (const ByteCopy& c : copies) {
+    if (c.bytes == 0) continue;
+    const BufferPtr &src = *c.src, &dst = *c.dst;
+    const uint64_t from = src->address() + c.src_offset, to = dst->address() + c.dst_offset;
+    const bool batched = src->address() != 0 && dst->address() != 0 && c.bytes % 4 == 0 && from % 4 == 0 &&
+                         to % 4 == 0 && c.bytes <= UINT32_MAX &&
                          table.size() / 8 < ctx.caps().max_workgroup_count[1];
     if (!batched) {
-      record_copy_any(r, s, d);
+      r.copy(src, c.src_offset, dst, c.dst_offset, c.bytes);
       continue;
     }
     table.insert(table.end(),
                  {static_cast<uint32_t>(from), static_cast<uint32_t>(from >> 32), static_cast<uint32_t>(to),
-                  static_cast<uint32_t>(to >> 32), static_cast<uint32_t>(bytes), 0, 0, 0});
-    touched.push_back({s.buffer, Access::read});
-    touched.push_back({d.buffer, Access::write});
-    most_bytes = std::max(most_bytes, bytes);
+                  static_cast<uint32_t>(to >> 32), static_cast<uint32_t>(c.bytes), 0, 0, 0});
+    touched.push_back({src, Access::read});
+    touched.push_back({dst, Access::write});
+    most_bytes = std::max(most_bytes, c.bytes);
   }
   if (table.empty()) return;
   // The table lives in mapped memory the host writes now; a fresh block per call, released when the
@@ -159,6 +152,27 @@ void record_copies(Recorder& r, std::span<const GpuView> src, std::span<const Gp
   const uint32_t spec[] = {wg};
   r.dispatch(builtin_shader("copy_many"), spec, std::span<const Binding>(&table_binding, 1), {},
              Groups{static_cast<uint32_t>(x), static_cast<uint32_t>(table.size() / 8), 1}, touched);
+}
+
+void record_copies(Recorder& r, std::span<const GpuView> src, std::span<const GpuView> dst) {
+  if (src.size() != dst.size())
+    throw ValueError::of("gpu copies", "as many destinations as sources", "{} and {}", src.size(),
+                         dst.size());
+  std::vector<ByteCopy> dense;
+  for (size_t i = 0; i < src.size(); ++i) {
+    const GpuView &s = src[i], &d = dst[i];
+    if (s.shape != d.shape)
+      throw ShapeError::of("gpu copies", "shapes differ", "pair {}: {} vs {}", i, s.shape, d.shape);
+    const uint64_t item = static_cast<uint64_t>(size_of(s.dtype));
+    const uint64_t bytes = static_cast<uint64_t>(numel(s.shape)) * item;
+    if (bytes == 0) continue;
+    if (s.dtype == d.dtype && is_row_major(s) && is_row_major(d))
+      dense.push_back({&s.buffer, static_cast<uint64_t>(s.offset) * item, &d.buffer,
+                       static_cast<uint64_t>(d.offset) * item, bytes});
+    else
+      record_copy_any(r, s, d);
+  }
+  record_byte_copies(r, dense);
 }
 
 }  // namespace kiln::detail::vk
