@@ -79,10 +79,11 @@ void record_byte_copies(Recorder& r, std::span<const ByteCopy> copies);
 /// both row-major go through record_byte_copies. Defined in facade.cpp.
 void record_copies(Recorder& r, std::span<const GpuView> src, std::span<const GpuView> dst);
 
-/// The copy of row-contiguous `src` into `dst`, an array of its dtype and size (a replay's input
-/// into its slot, say), as a ByteCopy; nullopt when src is strided or either is empty.
+/// The copy of `src` into `dst` (a replay's input into its slot, say) as a ByteCopy, when both are
+/// row-contiguous, of one dtype and size, and not empty; nullopt otherwise.
 inline std::optional<ByteCopy> dense_copy(const Array& src, const Array& dst) {
-  if (!src.row_contiguous() || src.dtype() != dst.dtype() || src.size() != dst.size() || src.size() == 0)
+  if (!src.row_contiguous() || !dst.row_contiguous() || src.dtype() != dst.dtype() ||
+      src.size() != dst.size() || src.size() == 0)
     return std::nullopt;
   const ArrayNode &s = src.node(), &d = dst.node();
   const auto item = static_cast<uint64_t>(size_of(s.dtype));
