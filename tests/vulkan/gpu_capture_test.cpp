@@ -305,7 +305,7 @@ TEST_F(GpuCapture, DeviceMemoryStaysFlatOverManyReplays) {
   EXPECT_LE(memory_stats().device_active_bytes, warm);
 }
 
-// A replay's copies in and out: dense_copy gives byte ranges for row-contiguous arrays of one dtype
+// A replay's copies in and out: byte_copy gives byte ranges for row-contiguous arrays of one dtype
 // and size (an offset view included) and refuses the rest, which replays copy as strided views.
 TEST_F(GpuCapture, DenseCopiesAreByteRangesOfRowContiguousArrays) {
   Array base = random_input({6, 4}, 71), other = random_input({3, 4}, 72);
@@ -313,15 +313,15 @@ TEST_F(GpuCapture, DenseCopiesAreByteRangesOfRowContiguousArrays) {
   const Array rows = slice(base, {2, 0}, {5, 4});  // rows 2..4: contiguous, 8 elements in
   const Array flipped = transpose(other), halves = astype(other, float16);
   eval(rows, flipped, halves);
-  const auto c = detail::vk::dense_copy(rows, other);
+  const auto c = detail::vk::byte_copy(rows, other);
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->src_offset, 8u * 4u);
   EXPECT_EQ(c->dst_offset, 0u);
   EXPECT_EQ(c->bytes, 12u * 4u);
-  EXPECT_FALSE(detail::vk::dense_copy(flipped, other).has_value());  // strided source
-  EXPECT_FALSE(detail::vk::dense_copy(other, flipped).has_value());  // strided destination
-  EXPECT_FALSE(detail::vk::dense_copy(other, halves).has_value());   // another dtype
-  EXPECT_FALSE(detail::vk::dense_copy(other, base).has_value());     // another size
+  EXPECT_FALSE(detail::vk::byte_copy(flipped, other).has_value());  // strided source
+  EXPECT_FALSE(detail::vk::byte_copy(other, flipped).has_value());  // strided destination
+  EXPECT_FALSE(detail::vk::byte_copy(other, halves).has_value());   // another dtype
+  EXPECT_FALSE(detail::vk::byte_copy(other, base).has_value());     // another size
 }
 
 }  // namespace

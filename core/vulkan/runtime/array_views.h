@@ -15,6 +15,7 @@
 #include "kiln/core/vulkan/runtime/kernels.h"
 #include "kiln/core/vulkan/runtime/memory.h"
 #include "kiln/core/vulkan/runtime/recorder.h"
+#include "kiln/core/vulkan/runtime/views.h"
 
 namespace kiln::detail::vk {
 
@@ -79,9 +80,22 @@ void record_byte_copies(Recorder& r, std::span<const ByteCopy> copies);
 /// both row-major go through record_byte_copies. Defined in facade.cpp.
 void record_copies(Recorder& r, std::span<const GpuView> src, std::span<const GpuView> dst);
 
-/// The copy of `src` into `dst` (a replay's input into its slot, say) as a ByteCopy, when both are
-/// row-contiguous, of one dtype and size, and not empty; nullopt otherwise.
-inline std::optional<ByteCopy> dense_copy(const Array& src, const Array& dst) {
+/// The copy of `src` into `dst` as a ByteCopy when both are row-major, of one dtype and shape, and
+/// not empty; nullopt otherwise (a strided or converting copy: record_copy_any). Not
+/// detail::dense_copy, which makes a dense array.
+inline std::optional<ByteCopy> byte_copy(const GpuView& src, const GpuView& dst) {
+  const auto item = static_cast<uint64_t>(size_of(src.dtype));
+  const auto bytes = static_cast<uint64_t>(numel(src.shape)) * item;
+  if (bytes == 0 || src.dtype != dst.dtype || src.shape != dst.shape || !is_row_major(src) ||
+      !is_row_major(dst))
+    return std::nullopt;
+  return ByteCopy{&src.buffer, static_cast<uint64_t>(src.offset) * item, &dst.buffer,
+                  static_cast<uint64_t>(dst.offset) * item, bytes};
+}
+
+/// byte_copy for arrays (a replay's input into its slot, say), without building views: both
+/// row-contiguous, of one dtype and size, not empty.
+inline std::optional<ByteCopy> byte_copy(const Array& src, const Array& dst) {
   if (!src.row_contiguous() || !dst.row_contiguous() || src.dtype() != dst.dtype() ||
       src.size() != dst.size() || src.size() == 0)
     return std::nullopt;

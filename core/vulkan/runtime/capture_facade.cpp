@@ -95,7 +95,7 @@ void run_captured(const std::shared_ptr<const CapturedProgram>& program, std::sp
   copies.reserve(std::max(inputs.size(), outputs.size()));
   auto copy_in = [&](const Array& from, const Array& to) {
     if (from.size() == 0) return;
-    if (const auto c = vk::dense_copy(from, to))
+    if (const auto c = vk::byte_copy(from, to))
       copies.push_back(*c);
     else
       vk::record_copy_any(r, vk::array_view(from), vk::array_view(to));

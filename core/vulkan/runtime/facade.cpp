@@ -163,12 +163,9 @@ void record_copies(Recorder& r, std::span<const GpuView> src, std::span<const Gp
     const GpuView &s = src[i], &d = dst[i];
     if (s.shape != d.shape)
       throw ShapeError::of("gpu copies", "shapes differ", "pair {}: {} vs {}", i, s.shape, d.shape);
-    const uint64_t item = static_cast<uint64_t>(size_of(s.dtype));
-    const uint64_t bytes = static_cast<uint64_t>(numel(s.shape)) * item;
-    if (bytes == 0) continue;
-    if (s.dtype == d.dtype && is_row_major(s) && is_row_major(d))
-      dense.push_back({&s.buffer, static_cast<uint64_t>(s.offset) * item, &d.buffer,
-                       static_cast<uint64_t>(d.offset) * item, bytes});
+    if (numel(s.shape) == 0) continue;
+    if (const auto c = byte_copy(s, d))
+      dense.push_back(*c);
     else
       record_copy_any(r, s, d);
   }
