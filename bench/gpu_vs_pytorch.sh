@@ -93,7 +93,7 @@ case "${1:-}" in
         tests)
           failed=()
           for t in "${tests[@]}"; do
-            if timeout 120 "$k/bin/$t" --gtest_brief=1 >"$out/tests.log.tmp" 2>&1; then
+            if timeout 240 "$k/bin/$t" --gtest_brief=1 >"$out/tests.log.tmp" 2>&1; then
               echo "PASS $t"
             else
               echo "FAIL $t" && failed+=("$t") && tail -40 "$out/tests.log.tmp"

@@ -153,17 +153,21 @@ void BM_gpu_matmul_f16_tile(benchmark::State& st, const char* tile, const char* 
   unsetenv("KILN_VULKAN_COOPMAT_SHAPE");
 }
 
-// One GEMM of st.range: M, N, K, batch, and whether a is the transposed view of a [K, M] array (as
-// x^T in a weight gradient is) (float32).
+// One GEMM of st.range: M, N, K, batch, and layout bits: 1 when a is the transposed view of a [K, M]
+// array (as x^T in a weight gradient is), 2 when b is that of an [N, K] one (as a Linear's weight
+// is in x @ w^T) (float32).
 void BM_gpu_matmul_shape(benchmark::State& st) {
   if (!use_gpu(st)) return;
   const int64_t m = st.range(0), n = st.range(1), k = st.range(2), batch = st.range(3);
-  const bool a_transposed = st.range(4) != 0;
+  const bool a_transposed = (st.range(4) & 1) != 0, b_transposed = (st.range(4) & 2) != 0;
   const Array a =
       a_transposed ? kiln::swapaxes(
                          device_random(batch > 1 ? kiln::Shape{batch, k, m} : kiln::Shape{k, m}, 11), -1, -2)
                    : device_random(batch > 1 ? kiln::Shape{batch, m, k} : kiln::Shape{m, k}, 11);
-  const Array b = device_random(batch > 1 ? kiln::Shape{batch, k, n} : kiln::Shape{k, n}, 12);
+  const Array b =
+      b_transposed ? kiln::swapaxes(
+                         device_random(batch > 1 ? kiln::Shape{batch, n, k} : kiln::Shape{n, k}, 12), -1, -2)
+                   : device_random(batch > 1 ? kiln::Shape{batch, k, n} : kiln::Shape{k, n}, 12);
   for (int i = 0; i < 2; ++i) kiln::matmul(a, b).eval();
   start_gpu_time();
   for (auto _ : st) kiln::matmul(a, b).eval();
@@ -371,10 +375,10 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
   // The float32 tiles on the GPT's shapes and 4096^3 (M, N, K, batch, a transposed), then split-K
   // counts on the long-K ones.
   const std::vector<std::vector<int64_t>> shapes = {
-      {4096, 768, 256, 1, 0},  {4096, 256, 256, 1, 0}, {4096, 1024, 256, 1, 0},
-      {4096, 256, 1024, 1, 0}, {256, 768, 4096, 1, 1}, {1024, 256, 4096, 1, 1},
-      {128, 128, 64, 128, 0},  {128, 64, 128, 128, 0}, {4096, 4096, 4096, 1, 0}};
-  for (const char* tile : {"", "128", "128k16", "128x64", "64x128", "64", "64w", "32"})
+      {4096, 768, 256, 1, 0},   {4096, 256, 256, 1, 0},  {4096, 1024, 256, 1, 0}, {4096, 256, 1024, 1, 0},
+      {256, 768, 4096, 1, 1},   {1024, 256, 4096, 1, 1}, {128, 128, 64, 128, 0},  {128, 64, 128, 128, 0},
+      {4096, 4096, 4096, 1, 0}, {4096, 768, 256, 1, 2},  {4096, 1024, 256, 1, 2}, {4096, 4096, 4096, 1, 2}};
+  for (const char* tile : {"", "128", "128k16", "128x64", "64x128", "64", "64w", "32", "128wk16"})
     for (const auto& args : shapes)
       benchmark::RegisterBenchmark(
           fmt::format("BM_gpu_matmul_shape_tile/{}/auto", *tile ? tile : "auto").c_str(),

@@ -17,9 +17,10 @@
 // same kernel over 16-bit buffers, each element converted to float32 as it is fetched (bfloat16 by
 // a shift), products accumulated in float32, and the result rounded to nearest even once, after
 // the epilogue, as the CPU's GEMM does (core/cpu/gemm.cpp computes 16-bit GEMMs in float32 buffers).
-// Tiles (matmul_kernels.cpp's names): 64w (64 x 64 with 8 x 8 per invocation, 64 invocations) is
-// the one kiln picks (the fastest on the H200 at every size measured); 128, 128k16, 128x64, 64x128,
-// 64 and 32 remain for KILN_VULKAN_MATMUL_TILE, to compare on other devices.
+// Tiles (matmul_kernels.cpp's names): kiln picks 64w (64 x 64 with 8 x 8 per invocation, 64
+// invocations), and for large products 128wk16 (128 x 128 with 8 x 16 per invocation, 128
+// invocations, K steps of 16); 128, 128k16, 128x64, 64x128, 64 and 32 remain for
+// KILN_VULKAN_MATMUL_TILE, to compare on other devices.
 // kiln-variant: matmul_f32_t128 -Os -DBM=128 -DBN=128 -DTM=8 -DTN=8 -DBK=8
 // kiln-variant: matmul_f32_t128k16 -Os -DBM=128 -DBN=128 -DTM=8 -DTN=8 -DBK=16
 // kiln-variant: matmul_f32_t128x64 -Os -DBM=128 -DBN=64 -DTM=8 -DTN=4 -DBK=16
@@ -27,6 +28,7 @@
 // kiln-variant: matmul_f32_t64 -Os -DBM=64 -DBN=64 -DTM=4 -DTN=4 -DBK=16
 // kiln-variant: matmul_f32_t64w -Os -DBM=64 -DBN=64 -DTM=8 -DTN=8 -DBK=16
 // kiln-variant: matmul_f32_t32 -Os -DBM=32 -DBN=32 -DTM=4 -DTN=4 -DBK=16
+// kiln-variant: matmul_f32_t128wk16 -Os -DBM=128 -DBN=128 -DTM=8 -DTN=16 -DBK=16
 // kiln-variant: matmul_h16_t128 -Os -DBM=128 -DBN=128 -DTM=8 -DTN=8 -DBK=8 -DKILN_16BIT
 // kiln-variant: matmul_h16_t128k16 -Os -DBM=128 -DBN=128 -DTM=8 -DTN=8 -DBK=16 -DKILN_16BIT
 // kiln-variant: matmul_h16_t128x64 -Os -DBM=128 -DBN=64 -DTM=8 -DTN=4 -DBK=16 -DKILN_16BIT
@@ -34,6 +36,7 @@
 // kiln-variant: matmul_h16_t64 -Os -DBM=64 -DBN=64 -DTM=4 -DTN=4 -DBK=16 -DKILN_16BIT
 // kiln-variant: matmul_h16_t64w -Os -DBM=64 -DBN=64 -DTM=8 -DTN=8 -DBK=16 -DKILN_16BIT
 // kiln-variant: matmul_h16_t32 -Os -DBM=32 -DBN=32 -DTM=4 -DTN=4 -DBK=16 -DKILN_16BIT
+// kiln-variant: matmul_h16_t128wk16 -Os -DBM=128 -DBN=128 -DTM=8 -DTN=16 -DBK=16 -DKILN_16BIT
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
 #ifdef KILN_16BIT
@@ -69,6 +72,9 @@ layout(constant_id = 6) const bool kBVec = false;
 // writes, a large part of a small-K product's time (attention's per-head products).
 layout(constant_id = 7) const bool kCVec = false;
 layout(constant_id = 8) const bool kTwoBatchDims = false;  // matmul_push.glsl
+// Every tile lies wholly inside the matrices (the host sets it when BM divides M, BN divides N and BK
+// divides K and the K slice): the loads need no bounds checks.
+layout(constant_id = 9) const bool kAligned = false;
 
 #ifdef KILN_16BIT
 float kiln_load16(uint bits) { return kBfloat ? kiln_bfloat_to_float(bits) : kiln_half_to_float(bits); }
@@ -140,14 +146,17 @@ void main() {
     [[unroll]] for (uint l = 0; l < A_LOADS / 4; ++l) {                                    \
       const uint e = tid + l * THREADS;                                                    \
       const uint am = bm + AV_M(e), ak = (k0) + AV_K(e);                                   \
-      va[l] = (am < p.M && ak < k_end) ? A4[(a_base + am * p.a_row_stride + ak * p.a_col_stride) / 4] : vec4(0.0); \
+      /* the host sets kAVec only where the contiguous dimension has stride 1 */            \
+      const uint ai = a_base + (kATrans ? am + ak * p.a_col_stride : am * p.a_row_stride + ak); \
+      va[l] = (kAligned || (am < p.M && ak < k_end)) ? A4[ai / 4] : vec4(0.0);             \
     }                                                                                      \
   }                                                                                        \
   if (kBVec) {                                                                             \
     [[unroll]] for (uint l = 0; l < B_LOADS / 4; ++l) {                                    \
       const uint e = tid + l * THREADS;                                                    \
       const uint bk = (k0) + BV_K(e), bnn = bn + BV_N(e);                                  \
-      vb[l] = (bk < k_end && bnn < p.N) ? B4[(b_base + bk * p.b_row_stride + bnn * p.b_col_stride) / 4] : vec4(0.0); \
+      const uint bi = b_base + (kBTrans ? bk + bnn * p.b_col_stride : bk * p.b_row_stride + bnn); \
+      vb[l] = (kAligned || (bk < k_end && bnn < p.N)) ? B4[bi / 4] : vec4(0.0);            \
     }                                                                                      \
   }
 #define KILN_VSTORE(buf)                                                                    \
@@ -179,12 +188,12 @@ void main() {
   if (!kAVec) [[unroll]] for (uint l = 0; l < A_LOADS; ++l) {                              \
     const uint e = tid + l * THREADS;                                                      \
     const uint am = bm + A_M(e), ak = (k0) + A_K(e);                                       \
-    ra[l] = (am < p.M && ak < k_end) ? ELEM_LOAD(A[a_base + am * p.a_row_stride + ak * p.a_col_stride]) : 0.0; \
+    ra[l] = (kAligned || (am < p.M && ak < k_end)) ? ELEM_LOAD(A[a_base + am * p.a_row_stride + ak * p.a_col_stride]) : 0.0; \
   }                                                                                        \
   if (!kBVec) [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {                              \
     const uint e = tid + l * THREADS;                                                      \
     const uint bk = (k0) + B_K(e), bnn = bn + B_N(e);                                      \
-    rb[l] = (bk < k_end && bnn < p.N) ? ELEM_LOAD(B[b_base + bk * p.b_row_stride + bnn * p.b_col_stride]) : 0.0; \
+    rb[l] = (kAligned || (bk < k_end && bnn < p.N)) ? ELEM_LOAD(B[b_base + bk * p.b_row_stride + bnn * p.b_col_stride]) : 0.0; \
   }
 #define KILN_STORE(buf)                                                                     \
   KILN_VSTORE(buf)                                                                         \
@@ -236,10 +245,10 @@ void main() {
     [[unroll]] for (uint ga = 0; ga < NVM; ++ga)
       [[unroll]] for (uint i = 0; i < 4; ++i) {
         const uint row = bm + ga * (BM / NVM) + ty * 4 + i;
-        if (row >= p.M) continue;
+        if (!kAligned && row >= p.M) continue;
         [[unroll]] for (uint gb = 0; gb < NVN; ++gb) {
           const uint col = bn + gb * (BN / NVN) + tx * 4;
-          if (col >= p.N) continue;  // N is a multiple of 4: the whole vec4 is in or out
+          if (!kAligned && col >= p.N) continue;  // N is a multiple of 4: the whole vec4 is in or out
           vec4 v = acc[ga * 4 + i][gb];
           if (epilogue) {
             v *= p.alpha;
@@ -256,11 +265,11 @@ void main() {
   [[unroll]] for (uint ga = 0; ga < NVM; ++ga)
     [[unroll]] for (uint i = 0; i < 4; ++i) {
       const uint row = bm + ga * (BM / NVM) + ty * 4 + i;
-      if (row >= p.M) continue;
+      if (!kAligned && row >= p.M) continue;
       [[unroll]] for (uint gb = 0; gb < NVN; ++gb)
         [[unroll]] for (uint j = 0; j < 4; ++j) {
           const uint col = bn + gb * (BN / NVN) + tx * 4 + j;
-          if (col >= p.N) continue;
+          if (!kAligned && col >= p.N) continue;
           float v = acc[ga * 4 + i][gb][j];
           if (kSplit) {
             P[(z * p.M + row) * p.N + col] = v;

@@ -116,7 +116,7 @@ Array operand(Shape shape, uint64_t seed, bool transposed) {
 
 TEST_F(GpuMatmulTiles, EveryTileMatchesFloat64OnRaggedAndTransposedOperands) {
   uint64_t seed = 100;
-  for (const char* tile : {"128", "128k16", "128x64", "64x128", "64", "64w", "32"}) {
+  for (const char* tile : {"128", "128k16", "128x64", "64x128", "64", "64w", "32", "128wk16"}) {
     use(tile, 1);
     const std::string expect = std::string("matmul_f32_t") + tile;
     for (bool ta : {false, true})
@@ -126,6 +126,11 @@ TEST_F(GpuMatmulTiles, EveryTileMatchesFloat64OnRaggedAndTransposedOperands) {
         // Sizes of multiples of 4: 16-byte loads of each layout.
         const Array a4 = operand({68, 44}, seed++, ta), b4 = operand({44, 132}, seed++, tb);
         EXPECT_EQ(check(a4, b4, fmt::format("tile {} vec4 a^T {} b^T {}", tile, ta, tb)), expect);
+        // Whole tiles of every shape (M and N multiples of 128, K of 16): no bounds checks (two of
+        // the layouts: each case is a pipeline to compile, seconds each on some drivers).
+        if (ta != tb) continue;
+        const Array aw = operand({256, 48}, seed++, ta), bw = operand({48, 128}, seed++, tb);
+        EXPECT_EQ(check(aw, bw, fmt::format("tile {} whole tiles a^T {} b^T {}", tile, ta, tb)), expect);
       }
     const Array a = random_array({3, 9, 33}, seed++), b = random_array({33, 17}, seed++);
     const Array c = random_array({17}, seed++);
@@ -236,6 +241,9 @@ TEST_F(GpuMatmulTiles, SplitKMatchesFloat64) {
           EXPECT_EQ(kernel, fmt::format("matmul_f32_t{}+splitk{}", tile, splits));
           const Array a4 = operand({36, 1200}, seed++, ta), b4 = operand({1200, 28}, seed++, tb);
           check(a4, b4, fmt::format("{} vec4 a^T {} b^T {}", what, ta, tb));
+          // Whole tiles and K slices of whole steps: no bounds checks.
+          const Array aw = operand({128, 1024}, seed++, ta), bw = operand({1024, 64}, seed++, tb);
+          check(aw, bw, fmt::format("{} whole tiles a^T {} b^T {}", what, ta, tb));
         }
       const Array a = random_array({3, 21, 500}, seed++), b = random_array({3, 500, 19}, seed++);
       const Array c = random_array({3, 21, 19}, seed++);
@@ -276,6 +284,17 @@ TEST_F(GpuMatmulTiles, AutomaticPlanSplitsKWhereTilesAreFew) {
   // With the host's few units (lavapipe) the same product splits less or not at all.
   const ScopedEnv few("KILN_VULKAN_COMPUTE_UNITS", "1");
   EXPECT_EQ(check(a, b, "64 x 2048 x 96 on one unit"), "matmul_f32_t64w");
+  // Four 128 x 128 tiles per unit or more take the 128 x 128 tile where the device's shared memory
+  // holds its two stages (33792 bytes: the H200's 49152 does, lavapipe's 32768 does not), ragged
+  // edges too; three tiles stay on 64 x 64.
+  const std::string wide =
+      ctx().caps().max_shared_memory >= 33792 ? "matmul_f32_t128wk16" : "matmul_f32_t64w";
+  const Array p = random_array({256, 48}, 314), q = random_array({48, 256}, 315);
+  EXPECT_EQ(check(p, q, "256 x 48 x 256 on one unit"), wide);
+  const Array pr = random_array({250, 45}, 316), qr = random_array({45, 260}, 317);
+  EXPECT_EQ(check(pr, qr, "250 x 45 x 260 on one unit"), wide);
+  const Array p3 = random_array({384, 48}, 318), q3 = random_array({48, 128}, 319);
+  EXPECT_EQ(check(p3, q3, "384 x 48 x 128 on one unit"), "matmul_f32_t64w");
 }
 
 TEST_F(GpuMatmulTiles, OptionsFromTheEnvironmentAndBadOptions) {

@@ -235,6 +235,18 @@ TEST_F(GpuMatmulHalf, PlainSplitKMatchesFloat64Reference) {
   }
 }
 
+TEST_F(GpuMatmulHalf, PlainWideTileMatchesFloat64Reference) {
+  // The 128 x 128 float32 tile (large products) on 16-bit operands: float16 whole tiles (no bounds
+  // checks), bfloat16 ragged edges with both operands transposed. Two pipelines only: lavapipe takes
+  // seconds to compile each of this kernel's 16-bit forms.
+  use(vk::HalfGemmPath::plain);
+  vk::set_matmul_options({"128wk16", 1});
+  const Array a = operand({256, 48}, 95, float16, false), b = operand({48, 128}, 96, float16, false);
+  EXPECT_EQ(check_matmul(a, b, float16, "float16 whole tiles"), "matmul_h16_t128wk16");
+  const Array ar = operand({130, 45}, 97, bfloat16, true), br = operand({45, 70}, 98, bfloat16, true);
+  EXPECT_EQ(check_matmul(ar, br, bfloat16, "bfloat16 ragged, transposed"), "matmul_h16_t128wk16");
+}
+
 TEST_F(GpuMatmulHalf, EmulatedCoopmatKernelMatchesOnEveryTile) {
   // The tensor-core kernel's tiling, both layouts of each operand, ragged edges and batches, with
   // its matrix operations done in plain code: runs on any device (lavapipe in CI).

@@ -56,10 +56,12 @@ BatchStrides batch_strides(const GpuView& v) {
 struct PlainTile {
   std::string_view name;
   uint32_t bm, bn, bk;
+  // Bytes of shared memory: two stages of A's and B's tiles, rows padded by one vec4.
+  uint32_t shared_bytes() const { return 2 * bk * ((bm / 4 + 1) + (bn / 4 + 1)) * 16; }
 };
 constexpr PlainTile kPlainTiles[] = {
     {"128", 128, 128, 8}, {"128k16", 128, 128, 16}, {"128x64", 128, 64, 16}, {"64x128", 64, 128, 16},
-    {"64", 64, 64, 16},   {"64w", 64, 64, 16},      {"32", 32, 32, 16},
+    {"64", 64, 64, 16},   {"64w", 64, 64, 16},      {"32", 32, 32, 16},      {"128wk16", 128, 128, 16},
 };
 const PlainTile& plain_tile(std::string_view name) {
   for (const PlainTile& t : kPlainTiles)
@@ -233,13 +235,14 @@ int64_t tiles_of(const PlainTile& t, int64_t m, int64_t n, int64_t batch) {
 
 // The float32-tile plan. On the H200 (gpu_bench's KILN_GPU_BENCH_TILES=1 sweep, GPU time per
 // dispatch) the 64 x 64 tile with 8 x 8 outputs per invocation ("64w", 64 invocations) was the
-// fastest or within noise of it on every shape tried, 4096^3 included (3.49 ms against 3.89 for
-// 128 x 128), so it is the one tile. When even those tiles leave compute units idle and K is long,
-// K is split into slices of at least 256 for about four workgroups per unit (the sweep's best:
-// 256 x 768 x 4096 55 us in 16 slices against 228 us unsplit; 1024 x 256 x 4096 66 us in 8).
-// When they fill less than half the units, a K of 512 or more is split too, in up to 8 slices of
-// at least 64: the MLP's 128 x 512 products (16 tiles) took 53 us at K 784 and 37 us at K 512
-// unsplit, 16.7 and 13.9 in 8 slices (the reduction's dispatch included).
+// fastest or within noise of it on every shape tried among the tiles of 8 x 8 outputs (4096^3 3.49
+// ms against 3.89 for 128 x 128), so it is the tile but for large products (below). When even those
+// tiles leave compute units idle and K is long, K is split into slices of at least 256 for about
+// four workgroups per unit (the sweep's best: 256 x 768 x 4096 55 us in 16 slices against 228 us
+// unsplit; 1024 x 256 x 4096 66 us in 8). When they fill less than half the units, a K of 512 or
+// more is split too, in up to 8 slices of at least 64: the MLP's 128 x 512 products (16 tiles) took
+// 53 us at K 784 and 37 us at K 512 unsplit, 16.7 and 13.9 in 8 slices (the reduction's dispatch
+// included).
 PlainPlan plan_plain(const Context& ctx, const MatmulOptions& o, int64_t m, int64_t n, int64_t k,
                      int64_t batch) {
   const int64_t cu = compute_units(ctx);
@@ -256,6 +259,17 @@ PlainPlan plan_plain(const Context& ctx, const MatmulOptions& o, int64_t m, int6
       splits = std::min<int64_t>({fill, k / 64, 8});
   }
   splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, k));
+  // Large products (four 128 x 128 tiles per compute unit or more: two waves of its two workgroups a
+  // unit) take the 128 x 128 tile with 8 x 16 outputs per invocation and K steps of 16 ("128wk16",
+  // 254 registers, 128 invocations), which loads half as much per product as the 64 x 64 tile. On the
+  // H200 (KILN_GPU_BENCH_TILES=1) 4096^3 ran 2.95 ms against 3.30. The GPT's products of 192 and 256
+  // such tiles ran 5-8% faster alone too (4096 x 1024 x 256 73 us against 79) but made the compiled
+  // step slower (5.41-5.51 ms against 5.14-5.23), where they share the GPU with the other kernels of
+  // their depth; with fewer tiles it idles units (4096 x 256 x 1024: 64 tiles, 293 us against 83).
+  const PlainTile& wide = plain_tile("128wk16");
+  if (o.tile.empty() && splits == 1 && tiles_of(wide, m, n, batch) >= 4 * cu &&
+      wide.shared_bytes() <= ctx.caps().max_shared_memory)
+    plan.tile = &wide;
   // K slices in whole steps of the tile; fewer slices when rounding leaves the last ones empty.
   const int64_t bk = plan.tile->bk;
   const int64_t chunk = std::max<int64_t>(bk, ((k + splits - 1) / splits + bk - 1) / bk * bk);
@@ -442,10 +456,22 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   // C's rows (column stride 1) as vec4s: N, the row stride, the batch stride and the offset multiples of 4.
   const uint32_t c_vec = vec4_ok(false, m, n, p.c_row_stride, 1, p.c_batch_stride, c.offset);
   const Groups groups = groups_of(plan.tile->bm, plan.tile->bn, batch * plan.splits);
+  // Whole tiles only: the kernel drops its bounds checks (KILN_VULKAN_MATMUL_CHECKED=1 keeps them, to
+  // compare).
+  static const bool always_checked = [] {
+    const char* v = std::getenv("KILN_VULKAN_MATMUL_CHECKED");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  const int64_t bk = plan.tile->bk;
+  const uint32_t aligned = !always_checked && m % plan.tile->bm == 0 && n % plan.tile->bn == 0 &&
+                                   k % bk == 0 && plan.k_chunk % bk == 0
+                               ? 1u
+                               : 0u;
   if (plan.splits == 1) {
     // Binding 4 (the split-K scratch) is not touched without split-K: any buffer does.
     r.dispatch(shader,
-               {256u, bfloat, a_trans ? 1u : 0u, b_trans ? 1u : 0u, 0u, a_vec, b_vec, c_vec, two_batch_dims},
+               {256u, bfloat, a_trans ? 1u : 0u, b_trans ? 1u : 0u, 0u, a_vec, b_vec, c_vec, two_batch_dims,
+                aligned},
                {{a.buffer, Access::read},
                 {b.buffer, Access::read},
                 {c.buffer, Access::write},
@@ -471,17 +497,18 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   p.k_chunk = plan.k_chunk;
   // Partial sums go out as scalars: 16-byte stores of the scratch made the GPT's weight-gradient
   // products slower on the H200 (70 -> 95 us), unlike C's.
-  r.dispatch(shader,
-             {256u, bfloat, a_trans ? 1u : 0u, b_trans ? 1u : 0u, 1u, a_vec, b_vec, 0u, two_batch_dims},
-             {{a.buffer, Access::read},
-              {b.buffer, Access::read},
-              {a.buffer, Access::read},  // C is not written in the first pass
-              {d_buffer, Access::read},
-              {scratch, Access::write},
-              {a.buffer, Access::read},
-              {b.buffer, Access::read},
-              {a.buffer, Access::read}},
-             p, groups);
+  r.dispatch(
+      shader,
+      {256u, bfloat, a_trans ? 1u : 0u, b_trans ? 1u : 0u, 1u, a_vec, b_vec, 0u, two_batch_dims, aligned},
+      {{a.buffer, Access::read},
+       {b.buffer, Access::read},
+       {a.buffer, Access::read},  // C is not written in the first pass
+       {d_buffer, Access::read},
+       {scratch, Access::write},
+       {a.buffer, Access::read},
+       {b.buffer, Access::read},
+       {a.buffer, Access::read}},
+      p, groups);
   constexpr uint32_t wg = 256;
   const Groups reduce_groups{u(static_cast<int64_t>((mn + wg - 1) / wg)), 1, u(batch)};
   if (reduce_groups.x > caps.max_workgroup_count[0])
