@@ -63,6 +63,9 @@ layout(constant_id = 3) const uint lK = 16;
 layout(constant_id = 4) const bool kATrans = false;
 layout(constant_id = 5) const bool kBTrans = false;
 layout(constant_id = 6) const bool kTwoBatchDims = false;  // matmul_push.glsl
+// Every tile lies wholly inside the matrices (BM divides M, BN divides N, BK divides K; the host
+// checks): loads and the epilogue need no bounds checks.
+layout(constant_id = 7) const bool kAligned = false;
 
 layout(std430, set = 0, binding = 0) readonly buffer MatA { uvec4 A[]; };
 layout(std430, set = 0, binding = 1) readonly buffer MatB { uvec4 B[]; };
@@ -100,13 +103,13 @@ uint bm, bn, a_base, b_base;
 uvec4 fetch_a(uint i, uint k0) {
   const uint m = kATrans ? bm + (i % (BM / 8)) * 8 : bm + i / (BK / 8);
   const uint k = kATrans ? k0 + i / (BM / 8) : k0 + (i % (BK / 8)) * 8;
-  if (m >= p.M || k >= p.K) return uvec4(0);
+  if (!kAligned && (m >= p.M || k >= p.K)) return uvec4(0);
   return A[(a_base + m * p.a_row_stride + k * p.a_col_stride) >> 3];
 }
 uvec4 fetch_b(uint i, uint k0) {
   const uint k = kBTrans ? k0 + (i % (BK / 8)) * 8 : k0 + i / (BN / 8);
   const uint n = kBTrans ? bn + i / (BK / 8) : bn + (i % (BN / 8)) * 8;
-  if (k >= p.K || n >= p.N) return uvec4(0);
+  if (!kAligned && (k >= p.K || n >= p.N)) return uvec4(0);
   return B[(b_base + k * p.b_row_stride + n * p.b_col_stride) >> 3];
 }
 void put_a(uint stage, uint i, uvec4 v) {
@@ -205,7 +208,7 @@ void write_band(uint i, uint c_base, uint d_base, bool epilogue) {
   for (uint f = gl_LocalInvocationIndex; f < ROUND; f += NTHREADS) {
     const uint row = bm + (f / (16 * BN)) * WM + i * 16 + (f / BN) % 16;
     const uint col = bn + f % BN;
-    if (row >= p.M || col >= p.N) continue;
+    if (!kAligned && (row >= p.M || col >= p.N)) continue;
     float v = uintBitsToFloat(Sh[f / 4][f % 4]);
     if (epilogue) {
       v *= p.alpha;

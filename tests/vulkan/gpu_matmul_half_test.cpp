@@ -273,6 +273,9 @@ TEST_F(GpuMatmulHalf, EmulatedCoopmatKernelMatchesOnEveryTile) {
         const Array a = operand({136, 72}, seed++, float16, ta), b = operand({72, 264}, seed++, float16, tb);
         EXPECT_EQ(check_matmul(a, b, float16, fmt::format("{} a {} b {}", what, ta, tb)), expect);
       }
+    // Whole tiles of every tile shape: no bounds checks.
+    const Array aw = random({256, 64}, seed++, float16), bw = random({64, 256}, seed++, float16);
+    EXPECT_EQ(check_matmul(aw, bw, float16, what + " whole tiles"), expect);
     if (all_layouts && tile.shape.k == 16) {  // the products the automatic path runs on tensor cores
       for (const Product& p : kProducts) {
         const Array a = random(p.a, seed++, float16), b = random(p.b, seed++, float16);
@@ -334,6 +337,8 @@ TEST_F(GpuMatmulHalf, EveryCoopmatTileAndShapeMatches) {
                       b = operand({136, 520}, seed++, float16, tb);
           EXPECT_EQ(check_matmul(a, b, float16, fmt::format("{} a {} b {}", what, ta, tb)), expect);
         }
+      const Array aw = random({256, 64}, seed++, float16), bw = random({64, 256}, seed++, float16);
+      EXPECT_EQ(check_matmul(aw, bw, float16, what + " whole tiles"), expect);
       const Array a = random({3, 40, 96}, seed++, float16), b = random({3, 96, 24}, seed++, float16);
       const Array c = random({24}, seed++, float16);
       expect_matches(addmm(c, a, b, 0.5f, 2.0f, kGpu), float16, reference(a, b, &c, 0.5, 2.0),

@@ -170,6 +170,15 @@ std::optional<bool> vector_layout(int64_t rows, int64_t cols, int64_t rs, int64_
   return std::nullopt;
 }
 
+// KILN_VULKAN_MATMUL_CHECKED=1: the GEMMs keep their bounds checks on whole tiles too, to compare.
+bool matmul_always_checked() {
+  static const bool checked = [] {
+    const char* v = std::getenv("KILN_VULKAN_MATMUL_CHECKED");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return checked;
+}
+
 struct CoopmatPlan {
   const CoopmatTile* tile = nullptr;
   CoopmatShape shape;
@@ -407,9 +416,12 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
       const ShaderCode& shader =
           builtin_shader(fmt::format("matmul_f16_{}_{}", emulated ? "coopemu" : "coopmat", tile.name));
       // Constant 0 (the workgroup size by the shaders' convention) is fixed in this shader.
+      const uint32_t k_step = emulated ? tile.emu_bk : tile.bk;
+      const uint32_t aligned =
+          !matmul_always_checked() && m % tile.bm == 0 && n % tile.bn == 0 && k % k_step == 0 ? 1u : 0u;
       r.dispatch(shader,
                  {tile.threads(), plan->shape.m, plan->shape.n, plan->shape.k, plan->a_trans ? 1u : 0u,
-                  plan->b_trans ? 1u : 0u, two_batch_dims},
+                  plan->b_trans ? 1u : 0u, two_batch_dims, aligned},
                  {{a.buffer, Access::read},
                   {b.buffer, Access::read},
                   {c.buffer, Access::write},
@@ -456,14 +468,9 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   // C's rows (column stride 1) as vec4s: N, the row stride, the batch stride and the offset multiples of 4.
   const uint32_t c_vec = vec4_ok(false, m, n, p.c_row_stride, 1, p.c_batch_stride, c.offset);
   const Groups groups = groups_of(plan.tile->bm, plan.tile->bn, batch * plan.splits);
-  // Whole tiles only: the kernel drops its bounds checks (KILN_VULKAN_MATMUL_CHECKED=1 keeps them, to
-  // compare).
-  static const bool always_checked = [] {
-    const char* v = std::getenv("KILN_VULKAN_MATMUL_CHECKED");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  // Whole tiles only: the kernel drops its bounds checks.
   const int64_t bk = plan.tile->bk;
-  const uint32_t aligned = !always_checked && m % plan.tile->bm == 0 && n % plan.tile->bn == 0 &&
+  const uint32_t aligned = !matmul_always_checked() && m % plan.tile->bm == 0 && n % plan.tile->bn == 0 &&
                                    k % bk == 0 && plan.k_chunk % bk == 0
                                ? 1u
                                : 0u;
