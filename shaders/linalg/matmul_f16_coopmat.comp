@@ -18,7 +18,7 @@
 // Host guarantees (record_matmul): the contiguous dimension of each operand has stride 1 and a
 // length that is a multiple of 8, the other strides, the batch strides and the offsets are multiples
 // of 8 elements, so every uvec4 lies wholly inside or wholly outside the matrix (zero fill).
-// Edges in M, N and K are bounds-checked, so any sizes work.
+// Edges in M, N and K are bounds-checked, so any sizes work; whole tiles (kAligned) skip the checks.
 //
 // The epilogue goes through shared memory (the tiles' array, free by then) one band of 16 rows per
 // subgroup at a time: the band's fragments are stored, then the workgroup applies alpha, beta * D
@@ -63,8 +63,8 @@ layout(constant_id = 3) const uint lK = 16;
 layout(constant_id = 4) const bool kATrans = false;
 layout(constant_id = 5) const bool kBTrans = false;
 layout(constant_id = 6) const bool kTwoBatchDims = false;  // matmul_push.glsl
-// Every tile lies wholly inside the matrices (BM divides M, BN divides N, BK divides K; the host
-// checks): loads and the epilogue need no bounds checks.
+// Every tile lies wholly inside the matrices (K > 0, BM divides M, BN divides N, BK divides K; the
+// host checks): loads and the epilogue need no bounds checks.
 layout(constant_id = 7) const bool kAligned = false;
 
 layout(std430, set = 0, binding = 0) readonly buffer MatA { uvec4 A[]; };

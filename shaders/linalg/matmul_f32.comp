@@ -5,7 +5,8 @@
 // A BM x BN block of C per workgroup of (BM / TM) x (BN / TN) invocations, TM x TN outputs per
 // invocation held in registers, K in steps of BK through double-buffered shared memory: the next
 // tiles are fetched into registers while the current ones are multiplied (one barrier per step).
-// Loads are scalar and bounds-checked (zero fill), so any M, N, K and strides work; consecutive
+// Loads are bounds-checked (zero fill), so any M, N, K and strides work (whole tiles, kAligned, skip
+// the checks); scalar, or 16-byte where the host allows (kAVec, kBVec); consecutive
 // invocations read along the operand's contiguous dimension (kATrans: A's M has stride 1, kBTrans:
 // B's K has stride 1), so that global loads coalesce for transposed views too.
 //
@@ -72,8 +73,8 @@ layout(constant_id = 6) const bool kBVec = false;
 // writes, a large part of a small-K product's time (attention's per-head products).
 layout(constant_id = 7) const bool kCVec = false;
 layout(constant_id = 8) const bool kTwoBatchDims = false;  // matmul_push.glsl
-// Every tile lies wholly inside the matrices (the host sets it when BM divides M, BN divides N and BK
-// divides K and the K slice): the loads need no bounds checks.
+// Every tile lies wholly inside the matrices (the host sets it when K > 0, BM divides M, BN divides N
+// and BK divides K and the K slice): loads and stores need no bounds checks.
 layout(constant_id = 9) const bool kAligned = false;
 
 #ifdef KILN_16BIT

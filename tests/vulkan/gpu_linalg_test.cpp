@@ -131,6 +131,7 @@ TEST_F(GpuMatmulTiles, EveryTileMatchesFloat64OnRaggedAndTransposedOperands) {
         if (ta != tb) continue;
         const Array aw = operand({256, 48}, seed++, ta), bw = operand({48, 128}, seed++, tb);
         EXPECT_EQ(check(aw, bw, fmt::format("tile {} whole tiles a^T {} b^T {}", tile, ta, tb)), expect);
+        EXPECT_TRUE(detail::vk::last_matmul_aligned()) << tile;
       }
     const Array a = random_array({3, 9, 33}, seed++), b = random_array({33, 17}, seed++);
     const Array c = random_array({17}, seed++);
@@ -223,6 +224,29 @@ TEST_F(GpuMatmulTiles, RowsOfWholeVectorsAreStoredWithTheEpilogue) {
       check(ab, bb, wn + " batched");
     }
   }
+}
+
+TEST_F(GpuMatmulTiles, WholeTilesRunWithoutBoundsChecks) {
+  // M and N multiples of the tile and K of its step take the kernel without bounds checks, with
+  // batches, the addend epilogue and split-K; a ragged M, a ragged K and K = 0 keep the checks.
+  uint64_t seed = 500;
+  const Array a = random_array({2, 128, 32}, seed++), b = random_array({2, 32, 64}, seed++);
+  const Array c = random_array({2, 128, 64}, seed++);
+  EXPECT_EQ(check(a, b, "batched whole tiles, addend", &c, 0.5f, -1.5f), "matmul_f32_t64w");
+  EXPECT_TRUE(detail::vk::last_matmul_aligned());
+  const Array ar = random_array({2, 100, 32}, seed++);
+  check(ar, b, "ragged M");
+  EXPECT_FALSE(detail::vk::last_matmul_aligned());
+  const Array ak = random_array({128, 40}, seed++), bk = random_array({40, 64}, seed++);
+  check(ak, bk, "K = 40");
+  EXPECT_FALSE(detail::vk::last_matmul_aligned());
+  const Array a0 = random_array({128, 0}, seed++), b0 = random_array({0, 64}, seed++);
+  check(a0, b0, "K = 0");
+  EXPECT_FALSE(detail::vk::last_matmul_aligned());
+  use("64w", 4);
+  const Array as = random_array({64, 1024}, seed++), bs = random_array({1024, 64}, seed++);
+  EXPECT_EQ(check(as, bs, "split-K whole tiles"), "matmul_f32_t64w+splitk4");
+  EXPECT_TRUE(detail::vk::last_matmul_aligned());
 }
 
 TEST_F(GpuMatmulTiles, SplitKMatchesFloat64) {

@@ -276,6 +276,11 @@ TEST_F(GpuMatmulHalf, EmulatedCoopmatKernelMatchesOnEveryTile) {
     // Whole tiles of every tile shape: no bounds checks.
     const Array aw = random({256, 64}, seed++, float16), bw = random({64, 256}, seed++, float16);
     EXPECT_EQ(check_matmul(aw, bw, float16, what + " whole tiles"), expect);
+    EXPECT_TRUE(vk::last_matmul_aligned()) << what;
+    // K = 0 keeps the checks (the kernel fetches a first step before it knows there is none).
+    const Array a0 = random({256, 0}, seed++, float16), b0 = random({0, 256}, seed++, float16);
+    EXPECT_EQ(check_matmul(a0, b0, float16, what + " K = 0"), expect);
+    EXPECT_FALSE(vk::last_matmul_aligned()) << what;
     if (all_layouts && tile.shape.k == 16) {  // the products the automatic path runs on tensor cores
       for (const Product& p : kProducts) {
         const Array a = random(p.a, seed++, float16), b = random(p.b, seed++, float16);
@@ -339,6 +344,7 @@ TEST_F(GpuMatmulHalf, EveryCoopmatTileAndShapeMatches) {
         }
       const Array aw = random({256, 64}, seed++, float16), bw = random({64, 256}, seed++, float16);
       EXPECT_EQ(check_matmul(aw, bw, float16, what + " whole tiles"), expect);
+      EXPECT_TRUE(vk::last_matmul_aligned()) << what;
       const Array a = random({3, 40, 96}, seed++, float16), b = random({3, 96, 24}, seed++, float16);
       const Array c = random({24}, seed++, float16);
       expect_matches(addmm(c, a, b, 0.5f, 2.0f, kGpu), float16, reference(a, b, &c, 0.5, 2.0),

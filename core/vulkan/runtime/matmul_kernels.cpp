@@ -112,6 +112,7 @@ MatmulOptions& plain_options() {
 }
 thread_local std::string tls_last_matmul;
 thread_local int64_t tls_last_matmul_batch = 0;
+thread_local bool tls_last_matmul_aligned = false;
 
 // "16x8x16" as a shape; a zero shape when s does not read as one.
 CoopmatShape parse_shape(std::string_view s) {
@@ -310,6 +311,7 @@ HalfGemmOptions set_half_gemm_options(HalfGemmOptions options) {
 
 std::string_view last_matmul_kernel() { return tls_last_matmul; }
 int64_t last_matmul_batch() { return tls_last_matmul_batch; }
+bool last_matmul_aligned() { return tls_last_matmul_aligned; }
 
 void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuView& c, const GpuView* d,
                    float alpha, float beta) {
@@ -361,6 +363,7 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
                          c.strides);
   if (m == 0 || n == 0 || batch == 0) return;
   tls_last_matmul_batch = batch;
+  tls_last_matmul_aligned = false;
   for (const GpuView* v : {&a, &b, &c, d ? d : &c})
     for (int64_t s : v->strides)
       if (s < 0) throw NotImplemented::of(kOp, "negative strides", "{}", v->strides);
@@ -417,11 +420,13 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
           builtin_shader(fmt::format("matmul_f16_{}_{}", emulated ? "coopemu" : "coopmat", tile.name));
       // Constant 0 (the workgroup size by the shaders' convention) is fixed in this shader.
       const uint32_t k_step = emulated ? tile.emu_bk : tile.bk;
-      const uint32_t aligned =
-          !matmul_always_checked() && m % tile.bm == 0 && n % tile.bn == 0 && k % k_step == 0 ? 1u : 0u;
+      // K > 0: the kernel fetches its first step before it knows there is none.
+      const bool aligned =
+          !matmul_always_checked() && k > 0 && m % tile.bm == 0 && n % tile.bn == 0 && k % k_step == 0;
+      tls_last_matmul_aligned = aligned;
       r.dispatch(shader,
                  {tile.threads(), plan->shape.m, plan->shape.n, plan->shape.k, plan->a_trans ? 1u : 0u,
-                  plan->b_trans ? 1u : 0u, two_batch_dims, aligned},
+                  plan->b_trans ? 1u : 0u, two_batch_dims, aligned ? 1u : 0u},
                  {{a.buffer, Access::read},
                   {b.buffer, Access::read},
                   {c.buffer, Access::write},
@@ -468,12 +473,14 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   // C's rows (column stride 1) as vec4s: N, the row stride, the batch stride and the offset multiples of 4.
   const uint32_t c_vec = vec4_ok(false, m, n, p.c_row_stride, 1, p.c_batch_stride, c.offset);
   const Groups groups = groups_of(plan.tile->bm, plan.tile->bn, batch * plan.splits);
-  // Whole tiles only: the kernel drops its bounds checks.
+  // Whole tiles only: the kernel drops its bounds checks. K > 0: it fetches its first step before
+  // it knows there is none.
   const int64_t bk = plan.tile->bk;
-  const uint32_t aligned = !matmul_always_checked() && m % plan.tile->bm == 0 && n % plan.tile->bn == 0 &&
-                                   k % bk == 0 && plan.k_chunk % bk == 0
+  const uint32_t aligned = !matmul_always_checked() && k > 0 && m % plan.tile->bm == 0 &&
+                                   n % plan.tile->bn == 0 && k % bk == 0 && plan.k_chunk % bk == 0
                                ? 1u
                                : 0u;
+  tls_last_matmul_aligned = aligned != 0;
   if (plan.splits == 1) {
     // Binding 4 (the split-K scratch) is not touched without split-K: any buffer does.
     r.dispatch(shader,

@@ -78,5 +78,8 @@ HalfGemmOptions set_half_gemm_options(HalfGemmOptions options);
 std::string_view last_matmul_kernel();
 /// The number of products (the batch) of the last GEMM recorded on this thread.
 int64_t last_matmul_batch();
+/// Whether the last GEMM recorded on this thread ran without bounds checks (every tile inside the
+/// matrices: the kernels' kAligned specialization).
+bool last_matmul_aligned();
 
 }  // namespace kiln::detail::vk
