@@ -16,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/vulkan/gpu_capture.h"
@@ -159,15 +160,13 @@ void BM_gpu_matmul_f16_tile(benchmark::State& st, const char* tile, const char* 
 void BM_gpu_matmul_shape(benchmark::State& st) {
   if (!use_gpu(st)) return;
   const int64_t m = st.range(0), n = st.range(1), k = st.range(2), batch = st.range(3);
-  const bool a_transposed = (st.range(4) & 1) != 0, b_transposed = (st.range(4) & 2) != 0;
-  const Array a =
-      a_transposed ? kiln::swapaxes(
-                         device_random(batch > 1 ? kiln::Shape{batch, k, m} : kiln::Shape{k, m}, 11), -1, -2)
-                   : device_random(batch > 1 ? kiln::Shape{batch, m, k} : kiln::Shape{m, k}, 11);
-  const Array b =
-      b_transposed ? kiln::swapaxes(
-                         device_random(batch > 1 ? kiln::Shape{batch, n, k} : kiln::Shape{n, k}, 12), -1, -2)
-                   : device_random(batch > 1 ? kiln::Shape{batch, k, n} : kiln::Shape{k, n}, 12);
+  // A [rows, cols] operand (batched when batch > 1), or the transposed view of a [cols, rows] one.
+  auto operand = [batch](int64_t rows, int64_t cols, uint64_t seed, bool transposed) {
+    if (transposed) std::swap(rows, cols);
+    const Array v = device_random(batch > 1 ? kiln::Shape{batch, rows, cols} : kiln::Shape{rows, cols}, seed);
+    return transposed ? kiln::swapaxes(v, -1, -2) : v;
+  };
+  const Array a = operand(m, k, 11, (st.range(4) & 1) != 0), b = operand(k, n, 12, (st.range(4) & 2) != 0);
   for (int i = 0; i < 2; ++i) kiln::matmul(a, b).eval();
   start_gpu_time();
   for (auto _ : st) kiln::matmul(a, b).eval();
