@@ -118,7 +118,8 @@ std::vector<Array> backward_composite(double scale, bool causal, bool has_mask, 
 // Whether a cotangent is the zeros the vjp walk fills in for an output nobody used (a Full of a
 // constant 0). lse is internal, so its cotangent is such zeros except under grad of grad.
 bool is_zero(const Array& c) {
-  if (!c.has_primitive() || std::string_view(c.primitive()->name()) != "Full") return false;
+  const std::shared_ptr<const Primitive> primitive = c.primitive();  // once: eval may detach c
+  if (!primitive || std::string_view(primitive->name()) != "Full") return false;
   const std::vector<Array> in = c.inputs();
   return in.size() == 1 && in[0].is_available() && in[0].size() == 1 && in[0].item<double>() == 0.0;
 }

@@ -27,7 +27,9 @@ class TraceInput final : public PrimitiveWithParams<TraceInput> {
 
 Array make_tracer(const Array& p, const char* transform) {
   if (!p.valid()) throw ValueError::of(transform, "a primal is an empty (default-constructed) array");
-  const Device device = p.has_primitive() ? p.primitive()->device() : default_device();
+  // One read of the primitive: an asynchronous evaluation may detach p between two.
+  const std::shared_ptr<const Primitive> primitive = p.primitive();
+  const Device device = primitive ? primitive->device() : default_device();
   Array t = Array::make(p.shape(), p.dtype(), std::make_shared<TraceInput>(default_stream(device)), {p});
   t.node().tracer = true;
   return t;
