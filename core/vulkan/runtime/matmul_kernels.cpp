@@ -171,13 +171,17 @@ std::optional<bool> vector_layout(int64_t rows, int64_t cols, int64_t rs, int64_
   return std::nullopt;
 }
 
-// KILN_VULKAN_MATMUL_CHECKED=1: the GEMMs keep their bounds checks on whole tiles too, to compare.
-bool matmul_always_checked() {
-  static const bool checked = [] {
+// Whether a GEMM of bm x bn tiles stepping K by bk can drop its bounds checks (both kernels'
+// kAligned): every tile inside the matrices, and K > 0, since the kernels fetch a first step before
+// they know there is none. Split-K slices are whole steps, so K decides for them too. Recorded for
+// last_matmul_aligned(). KILN_VULKAN_MATMUL_CHECKED=1 keeps the checks, to compare.
+bool whole_tiles(int64_t m, int64_t n, int64_t k, uint32_t bm, uint32_t bn, uint32_t bk) {
+  static const bool always_checked = [] {
     const char* v = std::getenv("KILN_VULKAN_MATMUL_CHECKED");
     return v && std::strcmp(v, "1") == 0;
   }();
-  return checked;
+  tls_last_matmul_aligned = !always_checked && k > 0 && m % bm == 0 && n % bn == 0 && k % bk == 0;
+  return tls_last_matmul_aligned;
 }
 
 struct CoopmatPlan {
@@ -419,11 +423,7 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
       const ShaderCode& shader =
           builtin_shader(fmt::format("matmul_f16_{}_{}", emulated ? "coopemu" : "coopmat", tile.name));
       // Constant 0 (the workgroup size by the shaders' convention) is fixed in this shader.
-      const uint32_t k_step = emulated ? tile.emu_bk : tile.bk;
-      // K > 0: the kernel fetches its first step before it knows there is none.
-      const bool aligned =
-          !matmul_always_checked() && k > 0 && m % tile.bm == 0 && n % tile.bn == 0 && k % k_step == 0;
-      tls_last_matmul_aligned = aligned;
+      const bool aligned = whole_tiles(m, n, k, tile.bm, tile.bn, emulated ? tile.emu_bk : tile.bk);
       r.dispatch(shader,
                  {tile.threads(), plan->shape.m, plan->shape.n, plan->shape.k, plan->a_trans ? 1u : 0u,
                   plan->b_trans ? 1u : 0u, two_batch_dims, aligned ? 1u : 0u},
@@ -473,14 +473,7 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   // C's rows (column stride 1) as vec4s: N, the row stride, the batch stride and the offset multiples of 4.
   const uint32_t c_vec = vec4_ok(false, m, n, p.c_row_stride, 1, p.c_batch_stride, c.offset);
   const Groups groups = groups_of(plan.tile->bm, plan.tile->bn, batch * plan.splits);
-  // Whole tiles only: the kernel drops its bounds checks. K > 0: it fetches its first step before
-  // it knows there is none.
-  const int64_t bk = plan.tile->bk;
-  const uint32_t aligned = !matmul_always_checked() && k > 0 && m % plan.tile->bm == 0 &&
-                                   n % plan.tile->bn == 0 && k % bk == 0 && plan.k_chunk % bk == 0
-                               ? 1u
-                               : 0u;
-  tls_last_matmul_aligned = aligned != 0;
+  const uint32_t aligned = whole_tiles(m, n, k, plan.tile->bm, plan.tile->bn, plan.tile->bk) ? 1u : 0u;
   if (plan.splits == 1) {
     // Binding 4 (the split-K scratch) is not touched without split-K: any buffer does.
     r.dispatch(shader,
