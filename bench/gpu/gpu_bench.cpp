@@ -22,6 +22,7 @@
 #include "kiln/core/vulkan/gpu_capture.h"
 #include "kiln/core/vulkan/runtime/context.h"
 #include "kiln/core/vulkan/runtime/elementwise.h"
+#include "kiln/core/vulkan/runtime/glsl_compiler.h"
 #include "kiln/core/vulkan/runtime/memory.h"
 #include "kiln/core/vulkan/runtime/profile.h"
 #include "kiln/core/vulkan/runtime/recorder.h"
@@ -203,6 +204,9 @@ void BM_gpu_add_1gib(benchmark::State& st) {
       benchmark::Counter(12.0 * static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The floats of the chains' arrays.
+constexpr int64_t kChainFloats = 1024;
+
 // 1000 dependent elementwise ops (alternately + 0.001 and * 0.999) on x, not evaluated.
 Array dependent_chain(const Array& x) {
   Array y = x;
@@ -215,11 +219,21 @@ void report_us_per_op(benchmark::State& st) {
       benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
+// Runs `chain` (1000 dispatches) once to warm up, then times it: GPU time and us per op.
+template <class Chain>
+void time_chain(benchmark::State& st, const Chain& chain) {
+  chain();
+  start_gpu_time();
+  for (auto _ : st) chain();
+  report_gpu_time(st);
+  report_us_per_op(st);
+}
+
 // 1000 dependent elementwise ops on a small array, evaluated together: one command buffer, one
 // submit; the time per op is the recording and dispatch overhead.
 void BM_gpu_chain_1000(benchmark::State& st) {
   if (!use_gpu(st)) return;
-  const Array x = device_random({1024}, 6);
+  const Array x = device_random({kChainFloats}, 6);
   StepPhases phases;
   auto chain = [&] { phases.run([&] { return std::vector<Array>{dependent_chain(x)}; }); };
   chain();
@@ -234,48 +248,78 @@ void BM_gpu_chain_1000(benchmark::State& st) {
 // recording at all.
 void BM_gpu_chain_1000_replayed(benchmark::State& st) {
   if (!use_gpu(st)) return;
-  const Array x = device_random({1024}, 6);
+  const Array x = device_random({kChainFloats}, 6);
   const auto program = kiln::detail::capture_eval(std::vector<Array>{dependent_chain(x)});
-  kiln::gpu::replay_and_wait(program);
-  start_gpu_time();
-  for (auto _ : st) kiln::gpu::replay_and_wait(program);
-  report_gpu_time(st);
-  report_us_per_op(st);
+  time_chain(st, [&] { kiln::gpu::replay_and_wait(program); });
 }
 
-// The same 1000 dependent dispatches recorded through the runtime directly (vk::Recorder, the
-// elementwise kernel y = x * 0.999 + 0.001 on 1024 floats, a ring of three buffers), without kiln's
-// graph: what a replayed recording costs per primitive (recording + GPU), the floor under
-// BM_gpu_chain_1000. With st.range(0) = 0 the dispatches are independent instead (each reads one
-// input and writes the next of 64 buffers, so a barrier every 64): the cost of the barriers.
+// 1000 dispatches of y = x * 0.999 + 0.001 on 1024 floats recorded through vk::Recorder directly,
+// without kiln's graph. Dependent (st.range(0) = 1): a ring of three buffers, each dispatch reading
+// the previous one's output; independent (0): each reads one input and writes the next of 64
+// buffers, so a barrier every 64. `dispatch(r, from, to)` records one.
+template <class Dispatch>
+void recorder_chain(benchmark::State& st, const Dispatch& dispatch) {
+  namespace vk = kiln::detail::vk;
+  vk::Context& ctx = vk::context();
+  const bool dependent = st.range(0) != 0;
+  std::vector<vk::BufferPtr> ring(dependent ? 3 : 65);
+  for (auto& b : ring) b = ctx.allocator().allocate(kChainFloats * 4);
+  const size_t outs = ring.size() - (dependent ? 0 : 1);
+  time_chain(st, [&] {
+    vk::Recorder r(ctx);
+    for (size_t i = 0; i < 1000; ++i) {
+      const size_t from = dependent ? i % outs : outs, to = dependent ? (i + 1) % outs : i % outs;
+      dispatch(r, ring[from], ring[to]);
+    }
+    r.submit_and_wait();
+  });
+}
+
+// The elementwise kernel (record_elementwise, as kiln's ops record it): what a replayed recording
+// costs per primitive (recording + GPU), the floor under BM_gpu_chain_1000; independent, the cost
+// of the barriers.
 void BM_gpu_recorder_chain_1000(benchmark::State& st) {
   if (!use_gpu(st)) return;
   namespace vk = kiln::detail::vk;
-  vk::Context& ctx = vk::context();
-  const int64_t n = 1024;
-  const bool dependent = st.range(0) != 0;
-  std::vector<vk::BufferPtr> ring(dependent ? 3 : 65);
-  for (auto& b : ring) b = ctx.allocator().allocate(n * 4);
-  const size_t outs = ring.size() - (dependent ? 0 : 1);
   const vk::ElementwiseKernel step{.inputs = {kiln::float32},
                                    .compute = kiln::float32,
                                    .out = kiln::float32,
                                    .expr = "x0 * 0.999 + 0.001"};
-  auto chain = [&] {
-    vk::Recorder r(ctx);
-    for (int i = 0; i < 1000; ++i) {
-      const size_t from = dependent ? i % outs : outs, to = dependent ? (i + 1) % outs : i % outs;
-      const vk::GpuView in = vk::GpuView::contiguous(ring[from], kiln::float32, {n});
-      vk::record_elementwise(r, step, std::span<const vk::GpuView>(&in, 1),
-                             vk::GpuView::contiguous(ring[to], kiln::float32, {n}));
-    }
-    r.submit_and_wait();
-  };
-  chain();
-  start_gpu_time();
-  for (auto _ : st) chain();
-  report_gpu_time(st);
-  report_us_per_op(st);
+  recorder_chain(st, [&](vk::Recorder& r, const vk::BufferPtr& from, const vk::BufferPtr& to) {
+    const vk::GpuView in = vk::GpuView::contiguous(from, kiln::float32, {kChainFloats});
+    vk::record_elementwise(r, step, std::span<const vk::GpuView>(&in, 1),
+                           vk::GpuView::contiguous(to, kiln::float32, {kChainFloats}));
+  });
+}
+
+// A minimal kernel reaching its two buffers through device addresses in its push constants: the
+// dispatch records push constants and the dispatch alone, no descriptors.
+void BM_gpu_recorder_chain_1000_addressed(benchmark::State& st) {
+  if (!use_gpu(st)) return;
+  namespace vk = kiln::detail::vk;
+  vk::Context& ctx = vk::context();
+  if (!ctx.caps().buffer_device_address) return st.SkipWithError("the device has no buffer device addresses");
+  const vk::ShaderCode& shader = vk::compile_glsl("chain_addressed", R"(#version 450
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+layout(local_size_x_id = 0) in;
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vecs { vec4 v[]; };
+layout(push_constant) uniform Push { uvec2 src; uvec2 dst; uint vectors; } p;
+void main() {
+  const uint i = gl_GlobalInvocationID.x;
+  if (i < p.vectors) Vecs(p.dst).v[i] = Vecs(p.src).v[i] * 0.999 + 0.001;
+}
+)",
+                                                  ctx.options().cache_dir);
+  const uint32_t wg = 256, spec[] = {wg}, vectors = kChainFloats / 4;
+  recorder_chain(st, [&](vk::Recorder& r, const vk::BufferPtr& from, const vk::BufferPtr& to) {
+    const uint64_t a = from->address(), b = to->address();
+    const uint32_t push[] = {static_cast<uint32_t>(a), static_cast<uint32_t>(a >> 32),
+                             static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), vectors};
+    const vk::Binding reached[] = {{from, vk::Access::read}, {to, vk::Access::write}};
+    r.dispatch(shader, spec, {}, std::as_bytes(std::span<const uint32_t>(push)),
+               vk::Groups{(vectors + wg - 1) / wg}, reached);
+  });
 }
 
 // The training steps, eager (every kernel recorded each step) or compiled (optim::CompiledStep:
@@ -434,6 +478,7 @@ BENCHMARK(BM_gpu_add_1gib)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_chain_1000)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_chain_1000_replayed)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_recorder_chain_1000)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gpu_recorder_chain_1000_addressed)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_mlp_adam_step<false>)
     ->Name("BM_gpu_mlp_adam_step")
     ->Unit(benchmark::kMillisecond)

@@ -477,6 +477,91 @@ TEST_F(ElementwiseKernels, FusedChainEqualsUnfusedKernels) {
   }
 }
 
+// A kernel reaches its buffers through device addresses in its push constants where the device has
+// them and they fit beside the index words, else through descriptors; both forms write the same
+// bits, for vector, strided and broadcast, packed and native narrow dtypes at offsets.
+TEST_F(ElementwiseKernels, AddressedAndDescriptorFormsWriteTheSameBits) {
+  const ElementwiseFeatures device = ElementwiseFeatures::of(ctx().caps());
+  if (!device.addresses) GTEST_SKIP() << "the device has no buffer device addresses";
+  const Shape shape = {3, 4, 5};
+  const int64_t n = 1001;
+  const Bytes a = random_bytes(float32, n, 51), b = random_bytes(float32, 100, 52),
+              h = random_bytes(float16, n, 53, -4, 4), u = random_bytes(uint8, n, 54, 0, 255);
+  struct Case {
+    std::string name;
+    ElementwiseKernel kernel;
+    std::vector<GpuView> inputs;
+    Dtype out;
+    Shape shape;
+    int64_t offset;
+    bool packed;
+    bool addressed;  // whether the form with addresses on uses them
+  };
+  ElementwiseFeatures packed = device;
+  packed.storage8 = packed.storage16 = false;
+  const Shape rank8 = {2, 3, 2, 3, 2, 2, 3, 2};
+  Strides reversed(8);
+  for (int64_t d = 0, st = 1; d < 8; ++d) reversed[d] = st, st *= rank8[d];
+  const Bytes big = random_bytes(float32, numel(rank8), 55);
+  const std::vector<Case> cases = {
+      {"vector with a scalar",
+       {{float32, float32}, float32, float32, "x0 * x1 + 0.5"},
+       {view(a, float32, {n}), view(b, float32, {}, {}, 7)},
+       float32,
+       {n},
+       4,
+       false,
+       true},
+      {"strided and broadcast",
+       {{float32, float32, float32}, float32, float32, "x0 * x1 - x2"},
+       {view(a, float32, {4, 1}), view(b, float32, shape, {-20, 5, 1}, 60), view(b, float32, {5}, {0}, 2)},
+       float32,
+       shape,
+       0,
+       false,
+       true},
+      {"packed float16 at an offset",
+       {{float16, uint8}, float32, float16, "x0 * x1"},
+       {view(h, float16, {n - 3}, {}, 3), view(u, uint8, {n - 3})},
+       float16,
+       {n - 3},
+       3,
+       true,
+       true},
+      {"native narrow dtypes",
+       {{uint8, float16}, float32, int8, "x0 - x1"},
+       {view(u, uint8, {n}), view(h, float16, {n})},
+       int8,
+       {n},
+       1,
+       false,
+       true},
+      // 2 x 2 words of addresses, 28 index words: more than the 32 push constant words.
+      {"index words that leave no room",
+       {{float32, float32}, float32, float32, "x0 + x1"},
+       {view(big, float32, rank8, reversed), view(big, float32, rank8, reversed)},
+       float32,
+       rank8,
+       0,
+       false,
+       false},
+  };
+  for (const Case& c : cases) {
+    Bytes results[2];
+    for (bool addresses : {false, true}) {
+      ElementwiseFeatures f = c.packed ? packed : device;
+      f.addresses = addresses;
+      const int64_t total = numel(c.shape) + c.offset + 2;
+      const GpuView out =
+          GpuView::contiguous(upload_vector(random_bytes(c.out, total, 56)), c.out, c.shape, c.offset);
+      run(c.kernel, c.inputs, out, &f);
+      EXPECT_EQ(last_elementwise_addressed(), addresses && c.addressed) << c.name;
+      results[addresses] = read(out, total);
+    }
+    EXPECT_EQ(results[0], results[1]) << c.name;
+  }
+}
+
 TEST_F(ElementwiseKernels, EmptyAndOneElementArrays) {
   Recorder r(ctx());
   const Bytes one = random_bytes(float32, 1, 21), two = random_bytes(float32, 1, 22);

@@ -456,7 +456,18 @@ Context::Context(const ContextOptions& options) : options_(options) {
     for (uint32_t i = 0; i < kMaxBindings; ++i)
       slots[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
     const VkPushConstantRange push{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
-    for (uint32_t b = 1; b <= kMaxBindings; ++b) {
+    // Layout 0 has no descriptor set: kernels that reach every buffer through device addresses
+    // carried in push constants, so a dispatch records no descriptors at all.
+    for (uint32_t b = 0; b <= kMaxBindings; ++b) {
+      VkPipelineLayoutCreateInfo layout{};
+      layout.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
+      layout.pushConstantRangeCount = 1;
+      layout.pPushConstantRanges = &push;
+      if (b == 0) {
+        check(api_->vkCreatePipelineLayout(device_, &layout, nullptr, &pipeline_layouts_[b]),
+              "vkCreatePipelineLayout");
+        continue;
+      }
       VkDescriptorSetLayoutCreateInfo info{};
       info.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
       if (caps_.push_descriptor) info.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
@@ -464,12 +475,8 @@ Context::Context(const ContextOptions& options) : options_(options) {
       info.pBindings = slots.data();
       check(api_->vkCreateDescriptorSetLayout(device_, &info, nullptr, &set_layouts_[b]),
             "vkCreateDescriptorSetLayout");
-      VkPipelineLayoutCreateInfo layout{};
-      layout.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
       layout.setLayoutCount = 1;
       layout.pSetLayouts = &set_layouts_[b];
-      layout.pushConstantRangeCount = 1;
-      layout.pPushConstantRanges = &push;
       check(api_->vkCreatePipelineLayout(device_, &layout, nullptr, &pipeline_layouts_[b]),
             "vkCreatePipelineLayout");
     }
@@ -507,7 +514,7 @@ void Context::destroy(bool keep_instance) noexcept {
       api_->vkDestroyCommandPool(device_, f->pool, nullptr);
     }
     free_frames_.clear();
-    for (uint32_t b = 1; b <= kMaxBindings; ++b) {
+    for (uint32_t b = 0; b <= kMaxBindings; ++b) {
       if (pipeline_layouts_[b]) api_->vkDestroyPipelineLayout(device_, pipeline_layouts_[b], nullptr);
       if (set_layouts_[b]) api_->vkDestroyDescriptorSetLayout(device_, set_layouts_[b], nullptr);
     }
@@ -526,7 +533,7 @@ VkDescriptorSetLayout Context::set_layout(uint32_t bindings) const {
 }
 
 VkPipelineLayout Context::pipeline_layout(uint32_t bindings) const {
-  KILN_ASSERT(bindings >= 1 && bindings <= kMaxBindings);
+  KILN_ASSERT(bindings <= kMaxBindings);
   return pipeline_layouts_[bindings];
 }
 

@@ -1,6 +1,8 @@
 #include "kiln/core/vulkan/runtime/elementwise.h"
 
+#include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -34,6 +36,9 @@ struct Variant {
   // 32-bit output and linear inputs, their offsets multiples of 4 elements, no strided input:
   // each invocation loads and stores whole 16-byte vectors (generate_vec4).
   bool vec4 = false;
+  // Buffers reached through device addresses in the push constants (before the index words)
+  // instead of bindings.
+  bool addressed = false;
   ElementwiseFeatures features;
   bool operator==(const Variant&) const = default;
 };
@@ -182,12 +187,34 @@ std::string preamble(const ElementwiseKernel& k, const Variant& v, uint32_t meta
   if (f.int64)
     s += "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n#define KILN_HAS_INT64\n";
   if (f.float64) s += "#define KILN_HAS_FLOAT64\n";
+  if (v.addressed)
+    s += "#extension GL_EXT_buffer_reference : require\n#extension GL_EXT_buffer_reference_uvec2 : require\n";
   s += "#include \"common/indexing.glsl\"\n#include \"common/dtype_convert.glsl\"\n"
        "#include \"common/elementwise_ops.glsl\"\n\n";
+  const uint32_t per = per_invocation(k.out, f);
+  if (v.addressed) {
+    // Each buffer is a reference type; in<i> and out0 name its array through the address in the
+    // push constants, so the code below reads the same in both forms.
+    auto reference = [&](const std::string& name, const char* access, bool vector, Dtype t, size_t slot) {
+      const std::string type = vector ? vector_type(t) : storage_type(t, f);
+      const size_t align = vector ? 16 : (packed(t, f) ? 4 : static_cast<size_t>(size_of(t)));
+      return fmt::format(
+          "layout(buffer_reference, std430, buffer_reference_align = {0}) {1}buffer {2}Ref {{ {3} d[]; }};\n"
+          "#define {2} {2}Ref(p.address[{4}]).d\n",
+          align, access, name, type, slot);
+    };
+    for (size_t i = 0; i < n_in; ++i)
+      s += reference(fmt::format("in{}", i), "readonly ", vector_input[i], k.inputs[i], i);
+    s += reference("out0", per > 1 ? "" : "writeonly ", vector_out, k.out, n_in);
+    s += fmt::format(
+        "layout(push_constant) uniform Push {{ uvec2 address[{}]; uint meta[{}]; }} p;\n"
+        "#define KILN_META(i) p.meta[i]\n",
+        n_in + 1, meta_words);
+    return s + "\n" + k.helpers + "\n";
+  }
   for (size_t i = 0; i < n_in; ++i)
     s += fmt::format("layout(std430, set = 0, binding = {0}) readonly buffer In{0} {{ {1} in{0}[]; }};\n", i,
                      vector_input[i] ? vector_type(k.inputs[i]) : storage_type(k.inputs[i], f));
-  const uint32_t per = per_invocation(k.out, f);
   s += fmt::format("layout(std430, set = 0, binding = {}) {}buffer Out {{ {} out0[]; }};\n", n_in,
                    per > 1 ? "" : "writeonly ", vector_out ? vector_type(k.out) : storage_type(k.out, f));
   if (v.meta_in_buffer) {
@@ -373,7 +400,8 @@ uint64_t kernel_hash(const ElementwiseKernel& k, const Variant& v, uint32_t meta
   for (Walk w : v.walks) h = mix(h, static_cast<uint64_t>(w));
   const ElementwiseFeatures& f = v.features;
   h = mix(h, uint64_t{f.storage8} | uint64_t{f.storage16} << 1 | uint64_t{f.int64} << 2 |
-                 uint64_t{f.float64} << 3 | uint64_t{v.meta_in_buffer} << 4 | uint64_t{v.vec4} << 5);
+                 uint64_t{f.float64} << 3 | uint64_t{v.meta_in_buffer} << 4 | uint64_t{v.vec4} << 5 |
+                 uint64_t{f.addresses} << 6 | uint64_t{v.addressed} << 7);
   h = mix(h, text_hash(k.expr));
   h = mix(h, text_hash(k.helpers));
   for (const ElementwiseStep& st : k.steps)
@@ -459,8 +487,10 @@ struct Scratch {
   Shape shape;
   Variant variant;
   std::vector<uint32_t> meta;
+  std::vector<uint32_t> push;  // addresses and index words, for the addressed form
 };
 thread_local Scratch tls_scratch;
+thread_local bool tls_last_addressed = false;
 
 // Invocations from which a dispatch has each invocation handle kElementsPerInvocation elements
 // (or packed words): fewer, longer-lived invocations reach more of the memory bandwidth.
@@ -485,6 +515,8 @@ uint32_t word(int64_t x) { return static_cast<uint32_t>(static_cast<int32_t>(x))
 
 }  // namespace
 
+bool last_elementwise_addressed() { return tls_last_addressed; }
+
 std::string_view glsl_value_type(Dtype t) {
   switch (t) {
     case Dtype::bool_:
@@ -508,7 +540,13 @@ std::string_view glsl_value_type(Dtype t) {
 }
 
 ElementwiseFeatures ElementwiseFeatures::of(const DeviceCaps& caps) {
-  return {caps.storage8, caps.storage16, caps.int64, caps.float64};
+  // KILN_VULKAN_ELEMENTWISE_DESCRIPTORS=1 keeps descriptors, to compare.
+  static const bool descriptors = [] {
+    const char* v = std::getenv("KILN_VULKAN_ELEMENTWISE_DESCRIPTORS");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return {caps.storage8, caps.storage16, caps.int64, caps.float64,
+          caps.buffer_device_address && !descriptors};
 }
 
 void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const GpuView> inputs,
@@ -521,7 +559,7 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
   Context& ctx = r.context();
   const DeviceCaps& caps = ctx.caps();
   if ((f.storage8 && !caps.storage8) || (f.storage16 && !caps.storage16) || (f.int64 && !caps.int64) ||
-      (f.float64 && !caps.float64))
+      (f.float64 && !caps.float64) || (f.addresses && !caps.buffer_device_address))
     throw ValueError::of(kOp, "features asked for that the device lacks", "{}", caps.name);
   if (inputs.size() != k.inputs.size())
     throw ValueError::of(kOp, "the kernel and the views differ in their number of inputs", "{} vs {}",
@@ -575,6 +613,7 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
   Variant& v = s.variant;
   v.rank = 0;
   v.meta_in_buffer = false;
+  v.addressed = false;
   v.features = f;
   v.walks.clear();
   for (size_t i = 0; i < n_in; ++i) {
@@ -599,18 +638,36 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
   }
   v.meta_in_buffer = meta.size() > kPushWords;
   v.vec4 = vector_eligible(k, v, inputs, out);
+  // Addresses when they and the index words fit the push constants and every buffer has one.
+  v.addressed = f.addresses && 2 * (n_in + 1) + meta.size() <= kPushWords && out.buffer->address() != 0 &&
+                std::ranges::all_of(inputs, [](const GpuView& in) { return in.buffer->address() != 0; });
   const size_t bindings = n_in + 1 + (v.meta_in_buffer ? 1 : 0);
   if (bindings > Context::kMaxBindings)
     throw NotImplemented::of(kOp, "too many inputs for one kernel", "{} inputs need {} bindings, at most {}",
                              n_in, bindings, Context::kMaxBindings);
   const uint32_t meta_words = static_cast<uint32_t>(meta.size());
   const ShaderCode& shader = kernel_shader(ctx, k, v, meta_words);
+  tls_last_addressed = v.addressed;
 
   std::array<Binding, Context::kMaxBindings> binds;
   for (size_t i = 0; i < n_in; ++i) binds[i] = {inputs[i].buffer, Access::read};
   const uint32_t per = per_invocation(k.out, f);
   binds[n_in] = {out.buffer, per > 1 ? Access::read_write : Access::write};
   std::span<const std::byte> push = std::as_bytes(std::span<const uint32_t>(meta));
+  std::span<const Binding> bound(binds.data(), bindings), addressed;
+  if (v.addressed) {
+    // The push constants: each buffer's address (inputs, then the output), then the index words.
+    std::vector<uint32_t>& words = s.push;
+    words.clear();
+    for (size_t i = 0; i <= n_in; ++i) {
+      const uint64_t a = binds[i].buffer->address();
+      words.insert(words.end(), {static_cast<uint32_t>(a), static_cast<uint32_t>(a >> 32)});
+    }
+    words.insert(words.end(), meta.begin(), meta.end());
+    push = std::as_bytes(std::span<const uint32_t>(words));
+    addressed = bound;
+    bound = {};
+  }
   if (v.meta_in_buffer) {
     const size_t bytes = meta.size() * sizeof(uint32_t);
     BufferPtr b = ctx.allocator().allocate(bytes);
@@ -629,16 +686,16 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
   if (v.vec4) {
     const uint64_t vectors = static_cast<uint64_t>(n) / 4;
     const uint64_t per_group = wg * (vectors >= kLoopFrom / 4 ? kVectorsPerInvocation : 1);
-    r.dispatch(shader, spec, std::span<const Binding>(binds.data(), bindings), push,
-               Groups::linear(std::max<uint64_t>((vectors + per_group - 1) / per_group, 1), ctx));
+    r.dispatch(shader, spec, bound, push,
+               Groups::linear(std::max<uint64_t>((vectors + per_group - 1) / per_group, 1), ctx), addressed);
     return;
   }
   const uint64_t first_word = static_cast<uint64_t>(out.offset) / per;
   const uint64_t last_word = static_cast<uint64_t>(out.offset + n - 1) / per;
   const uint64_t invocations = last_word - first_word + 1;
   const uint64_t per_group = wg * (invocations >= kLoopFrom ? kElementsPerInvocation : 1);
-  r.dispatch(shader, spec, std::span<const Binding>(binds.data(), bindings), push,
-             Groups::linear((invocations + per_group - 1) / per_group, ctx));
+  r.dispatch(shader, spec, bound, push, Groups::linear((invocations + per_group - 1) / per_group, ctx),
+             addressed);
 }
 
 }  // namespace kiln::detail::vk

@@ -42,8 +42,11 @@ struct ElementwiseKernel {
 /// Device features a generated kernel may use. 8- and 16-bit dtypes are stored as bytes and
 /// halves when the device can address them (storage8/16), else packed in 32-bit words, each
 /// invocation then writing whole words; int64 and float64 need the device's 64-bit types.
+/// `addresses`: the kernel reaches its buffers through device addresses in its push constants
+/// instead of descriptors, where they fit (a descriptor costs NVIDIA's driver about 0.6 us a
+/// dispatch on the H200, docs/gpu.md); otherwise, or without it, through pushed descriptors.
 struct ElementwiseFeatures {
-  bool storage8 = false, storage16 = false, int64 = false, float64 = false;
+  bool storage8 = false, storage16 = false, int64 = false, float64 = false, addresses = false;
   static ElementwiseFeatures of(const DeviceCaps& caps);
   bool operator==(const ElementwiseFeatures&) const = default;
 };
@@ -62,6 +65,10 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
 /// it to force the packed storage paths). Throws ValueError otherwise.
 void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const GpuView> inputs,
                         const GpuView& out, const ElementwiseFeatures& features);
+
+/// Whether the calling thread's last record_elementwise reached its buffers through device
+/// addresses rather than descriptors (for tests).
+bool last_elementwise_addressed();
 
 /// The GLSL name of the value type of `t` ("float" for float16, "uint" for uint8, ...).
 std::string_view glsl_value_type(Dtype t);

@@ -293,9 +293,14 @@ VkDescriptorSet Recorder::descriptor_set(uint32_t n, std::span<VkWriteDescriptor
 void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec,
                         std::span<const Binding> bindings, std::span<const std::byte> push, Groups groups,
                         std::span<const Binding> addressed) {
-  if (bindings.empty() || bindings.size() > Context::kMaxBindings)
-    throw ValueError::of("vulkan dispatch", "between 1 and 12 (Context::kMaxBindings) bindings allowed",
+  if (bindings.size() > Context::kMaxBindings)
+    throw ValueError::of("vulkan dispatch", "at most 12 (Context::kMaxBindings) bindings allowed",
                          "{} given for {}", bindings.size(), shader.name);
+  if (bindings.empty() && addressed.empty())
+    throw ValueError::of("vulkan dispatch", "a dispatch reaches no buffer",
+                         "no bindings and no addressed "
+                         "buffers for {}",
+                         shader.name);
   if (push.size() > Context::kPushConstantBytes || push.size() % 4 != 0)
     throw ValueError::of("vulkan dispatch", "push constants must be a multiple of 4 bytes, at most 128",
                          "{} bytes for {}", push.size(), shader.name);
@@ -321,7 +326,8 @@ void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec
     writes[i].pBufferInfo = &infos[i];
   }
   // Push descriptors go into the command buffer itself: no set to allocate, write and bind.
-  const VkDescriptorSet set = ctx_.caps().push_descriptor ? VK_NULL_HANDLE : descriptor_set(n, writes);
+  const VkDescriptorSet set =
+      ctx_.caps().push_descriptor || n == 0 ? VK_NULL_HANDLE : descriptor_set(n, writes);
 
   auto conflict = [&](const Binding& b) { return conflicts(b.buffer->id(), b.access); };
   order(std::ranges::any_of(bindings, conflict) || std::ranges::any_of(addressed, conflict), kCompute);
@@ -335,7 +341,7 @@ void Recorder::dispatch(const ShaderCode& shader, std::span<const uint32_t> spec
   if (set)
     api.vkCmdBindDescriptorSets(frame_->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set, 0,
                                 nullptr);
-  else
+  else if (n > 0)
     api.vkCmdPushDescriptorSetKHR(frame_->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, n,
                                   writes.data());
   if (!push.empty())
