@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <bit>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "kiln/core/error.h"
@@ -210,6 +213,53 @@ TEST_F(GlslCompilerOnDevice, CompiledShaderRuns) {
   r.submit_and_wait();
   const auto y = read_vector<float>(out, n);
   for (int i = 0; i < n; ++i) ASSERT_FLOAT_EQ(y[i], x[i] * 3.0f + 0.25f) << i;
+}
+
+// A dispatch with no bindings: the kernel reaches its buffers through device addresses in its push
+// constants (the pipeline layout without a descriptor set), and the recorder still orders it
+// after the dispatch that wrote its input. A dispatch that reaches no buffer at all is refused.
+TEST_F(GlslCompilerOnDevice, DispatchWithoutBindingsReachesBuffersThroughAddresses) {
+  if (!ctx().caps().buffer_device_address) GTEST_SKIP() << "the device has no buffer device addresses";
+  const ShaderCode& code = compile_glsl("addressed_scale", R"(#version 450
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+layout(local_size_x_id = 0) in;
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer Floats { float f[]; };
+layout(push_constant) uniform Push { uvec2 src; uvec2 dst; uint n; float scale; } p;
+void main() {
+  const uint i = gl_GlobalInvocationID.x;
+  if (i < p.n) Floats(p.dst).f[i] = Floats(p.src).f[i] * p.scale + 1.0;
+}
+)",
+                                        {});
+  const int n = 1000;
+  const auto x = testing::random_floats(n, -4, 4, 6);
+  BufferPtr a = upload_vector(x);
+  BufferPtr b = ctx().allocator().allocate(n * sizeof(float)),
+            c = ctx().allocator().allocate(n * sizeof(float));
+  auto push = [&](const BufferPtr& from, const BufferPtr& to, float scale) {
+    const uint64_t f = from->address(), t = to->address();
+    return std::array<uint32_t, 6>{static_cast<uint32_t>(f), static_cast<uint32_t>(f >> 32),
+                                   static_cast<uint32_t>(t), static_cast<uint32_t>(t >> 32),
+                                   static_cast<uint32_t>(n), std::bit_cast<uint32_t>(scale)};
+  };
+  const uint32_t spec[] = {64u};
+  Recorder r(ctx());
+  for (auto [from, to, scale] : {std::tuple{a, b, 2.0f}, std::tuple{b, c, -0.5f}}) {
+    const auto words = push(from, to, scale);
+    const Binding reached[] = {{from, Access::read}, {to, Access::write}};
+    r.dispatch(code, spec, {}, std::as_bytes(std::span<const uint32_t>(words)),
+               Groups::linear((n + 63) / 64, ctx()), reached);
+  }
+  EXPECT_EQ(r.barriers(), 1u);  // the second dispatch reads what the first wrote
+  r.submit_and_wait();
+  const auto y = read_vector<float>(c, n);
+  for (int i = 0; i < n; ++i) ASSERT_FLOAT_EQ(y[i], (x[i] * 2.0f + 1.0f) * -0.5f + 1.0f) << i;
+
+  Recorder bad(ctx());
+  const auto words = push(a, b, 1.0f);
+  EXPECT_THROW(bad.dispatch(code, spec, {}, std::as_bytes(std::span<const uint32_t>(words)), Groups{1}),
+               ValueError);
 }
 
 }  // namespace
