@@ -292,32 +292,53 @@ void BM_gpu_recorder_chain_1000(benchmark::State& st) {
   });
 }
 
-// A minimal kernel reaching its two buffers through device addresses in its push constants: the
-// dispatch records push constants and the dispatch alone, no descriptors.
+// A minimal kernel reaching its buffers through device addresses in its push constants: the
+// dispatch records push constants and the dispatch alone, no descriptors. st.range(1) adds what
+// kiln's chain has besides: 1, two pipelines in turn (x * 0.999 + 0.001, x * 0.998 + 0.002);
+// 2, the addend read from a third buffer (as a 0-d array operand is).
 void BM_gpu_recorder_chain_1000_addressed(benchmark::State& st) {
   if (!use_gpu(st)) return;
   namespace vk = kiln::detail::vk;
   vk::Context& ctx = vk::context();
   if (!ctx.caps().buffer_device_address) return st.SkipWithError("the device has no buffer device addresses");
-  const vk::ShaderCode& shader = vk::compile_glsl("chain_addressed", R"(#version 450
+  const int64_t variant = st.range(1);
+  auto kernel = [&](const char* name, const char* value) -> const vk::ShaderCode& {
+    return vk::compile_glsl(name,
+                            fmt::format(R"(#version 450
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 layout(local_size_x_id = 0) in;
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vecs { vec4 v[]; };
-layout(push_constant) uniform Push { uvec2 src; uvec2 dst; uint vectors; } p;
-void main() {
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vecs {{ vec4 v[]; }};
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer Floats {{ float f[]; }};
+layout(push_constant) uniform Push {{ uvec2 src; uvec2 dst; uvec2 scalar; uint vectors; }} p;
+void main() {{
   const uint i = gl_GlobalInvocationID.x;
-  if (i < p.vectors) Vecs(p.dst).v[i] = Vecs(p.src).v[i] * 0.999 + 0.001;
-}
+  if (i < p.vectors) Vecs(p.dst).v[i] = {};
+}}
 )",
-                                                  ctx.options().cache_dir);
+                                        value),
+                            ctx.options().cache_dir);
+  };
+  const vk::ShaderCode& first =
+      kernel("chain_addressed", variant == 2 ? "Vecs(p.src).v[i] * 0.999 + Floats(p.scalar).f[0]"
+                                             : "Vecs(p.src).v[i] * 0.999 + 0.001");
+  const vk::ShaderCode& second =
+      variant == 1 ? kernel("chain_addressed", "Vecs(p.src).v[i] * 0.998 + 0.002") : first;
+  const vk::BufferPtr scalar = ctx.allocator().allocate(16);
   const uint32_t wg = 256, spec[] = {wg}, vectors = kChainFloats / 4;
+  bool odd = false;
   recorder_chain(st, [&](vk::Recorder& r, const vk::BufferPtr& from, const vk::BufferPtr& to) {
-    const uint64_t a = from->address(), b = to->address();
-    const uint32_t push[] = {static_cast<uint32_t>(a), static_cast<uint32_t>(a >> 32),
-                             static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), vectors};
-    const vk::Binding reached[] = {{from, vk::Access::read}, {to, vk::Access::write}};
-    r.dispatch(shader, spec, {}, std::as_bytes(std::span<const uint32_t>(push)),
+    const uint64_t a = from->address(), b = to->address(), c = scalar->address();
+    const uint32_t push[] = {static_cast<uint32_t>(a),
+                             static_cast<uint32_t>(a >> 32),
+                             static_cast<uint32_t>(b),
+                             static_cast<uint32_t>(b >> 32),
+                             static_cast<uint32_t>(c),
+                             static_cast<uint32_t>(c >> 32),
+                             vectors};
+    const vk::Binding reached[] = {
+        {from, vk::Access::read}, {to, vk::Access::write}, {scalar, vk::Access::read}};
+    r.dispatch((odd = !odd) ? first : second, spec, {}, std::as_bytes(std::span<const uint32_t>(push)),
                vk::Groups{(vectors + wg - 1) / wg}, reached);
   });
 }
@@ -478,7 +499,10 @@ BENCHMARK(BM_gpu_add_1gib)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_chain_1000)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_chain_1000_replayed)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_recorder_chain_1000)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_gpu_recorder_chain_1000_addressed)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gpu_recorder_chain_1000_addressed)
+    ->ArgsProduct({{1, 0}, {0, 1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_gpu_mlp_adam_step<false>)
     ->Name("BM_gpu_mlp_adam_step")
     ->Unit(benchmark::kMillisecond)
