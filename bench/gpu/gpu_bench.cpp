@@ -325,6 +325,8 @@ void main() {{
   const vk::ShaderCode& second =
       variant == 1 ? kernel("chain_addressed", "Vecs(p.src).v[i] * 0.998 + 0.002") : first;
   const vk::BufferPtr scalar = ctx.allocator().allocate(16);
+  const float addend = 0.001f;
+  vk::upload(ctx, scalar, &addend, sizeof addend);
   const uint32_t wg = 256, spec[] = {wg}, vectors = kChainFloats / 4;
   bool odd = false;
   recorder_chain(st, [&](vk::Recorder& r, const vk::BufferPtr& from, const vk::BufferPtr& to) {

@@ -482,7 +482,7 @@ TEST_F(ElementwiseKernels, FusedChainEqualsUnfusedKernels) {
 // bits, for vector, strided and broadcast, packed and native narrow dtypes at offsets.
 TEST_F(ElementwiseKernels, AddressedAndDescriptorFormsWriteTheSameBits) {
   const ElementwiseFeatures device = ElementwiseFeatures::of(ctx().caps());
-  if (!device.addresses) GTEST_SKIP() << "the device has no buffer device addresses";
+  if (!ctx().caps().buffer_device_address) GTEST_SKIP() << "the device has no buffer device addresses";
   const Shape shape = {3, 4, 5};
   const int64_t n = 1001;
   const Bytes a = random_bytes(float32, n, 51), b = random_bytes(float32, 100, 52),
@@ -536,7 +536,7 @@ TEST_F(ElementwiseKernels, AddressedAndDescriptorFormsWriteTheSameBits) {
        1,
        false,
        true},
-      // 2 x 2 words of addresses, 28 index words: more than the 32 push constant words.
+      // 3 x 2 words of addresses and 28 index words: more than the 32 push constant words.
       {"index words that leave no room",
        {{float32, float32}, float32, float32, "x0 + x1"},
        {view(big, float32, rank8, reversed), view(big, float32, rank8, reversed)},

@@ -142,7 +142,7 @@ class Context {
   DeviceAllocator& upload_allocator() { return *upload_; }
   PipelineCache& pipelines() { return *pipelines_; }
 
-  /// The descriptor-set and pipeline layouts for `bindings` storage buffers (1..kMaxBindings).
+  /// The layouts for `bindings` storage buffers (1..kMaxBindings; pipeline layout 0 has no set).
   VkDescriptorSetLayout set_layout(uint32_t bindings) const;
   VkPipelineLayout pipeline_layout(uint32_t bindings) const;
 

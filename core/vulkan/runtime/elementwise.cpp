@@ -604,6 +604,7 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
   }
   s.strides[n_in].assign(out.strides.begin(), out.strides.end());
   const int64_t n = numel(out.shape);
+  tls_last_addressed = false;
   if (n == 0) return;
   Shape& shape = s.shape;
   shape.assign(out.shape.begin(), out.shape.end());
@@ -641,6 +642,7 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
   // Addresses when they and the index words fit the push constants and every buffer has one.
   v.addressed = f.addresses && 2 * (n_in + 1) + meta.size() <= kPushWords && out.buffer->address() != 0 &&
                 std::ranges::all_of(inputs, [](const GpuView& in) { return in.buffer->address() != 0; });
+  v.features.addresses = v.addressed;  // one cache entry for a descriptor form, whatever was allowed
   const size_t bindings = n_in + 1 + (v.meta_in_buffer ? 1 : 0);
   if (bindings > Context::kMaxBindings)
     throw NotImplemented::of(kOp, "too many inputs for one kernel", "{} inputs need {} bindings, at most {}",

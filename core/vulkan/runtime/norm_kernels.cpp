@@ -14,10 +14,10 @@
 namespace kiln::detail::vk {
 namespace {
 
-// Elements an invocation aims at: rows shorter than a workgroup times this share one. 8 rather
+// Elements an invocation aims at: rows up to half a workgroup times this share one. 8 rather
 // than 4: on the H200 a layer norm of the GPT's [4096, 256] took 8.4 us of GPU time instead of
-// 12.3, its vjp 30.9 instead of 36.7 (16: 9.4 and 31.2). KILN_VULKAN_NORM_ITEMS (1 to 16) sets it
-// instead, for tuning.
+// 12.3, its vjp 30.9 instead of 36.7 (16: 9.4 and 31.2). KILN_VULKAN_NORM_ITEMS (1 to 16; other
+// values keep 8) sets it instead, for tuning.
 int64_t items_per_invocation() {
   static const int64_t items = [] {
     const char* v = std::getenv("KILN_VULKAN_NORM_ITEMS");

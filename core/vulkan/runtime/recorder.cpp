@@ -245,8 +245,8 @@ const Pipeline& Recorder::pipeline(const ShaderCode& shader, std::span<const uin
     uint64_t h = shader.digest ^ bindings;
     for (uint32_t s : spec) h = h * 0x100000001b3ull ^ s;
     slot = &recent_pipelines_[(h * 0x9e3779b97f4a7c15ull >> 58) % recent_pipelines_.size()];
-    if (slot->bindings == bindings && slot->digest == shader.digest && slot->spec_size == spec.size() &&
-        std::equal(spec.begin(), spec.end(), slot->spec.begin()))
+    if (slot->pipeline && slot->bindings == bindings && slot->digest == shader.digest &&
+        slot->spec_size == spec.size() && std::equal(spec.begin(), spec.end(), slot->spec.begin()))
       return *slot->pipeline;
   }
   const Pipeline& p = ctx_.pipelines().get({&shader, spec, bindings});

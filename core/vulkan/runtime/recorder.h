@@ -114,8 +114,8 @@ class Recorder {
   /// Records one dispatch of `shader` specialised with `spec` (constant i has id i), `bindings`
   /// at bindings 0.., `push` bytes (at most Context::kPushConstantBytes) as push constants.
   /// Keeps the buffers alive until the work completes. `addressed`: buffers the shader reaches
-  /// through device addresses instead of bindings, ordered and kept alive alike. Throws DeviceError
-  /// (pipeline creation) or ValueError (too many bindings or push bytes).
+  /// through device addresses instead of bindings (then `bindings` may be empty), ordered and kept alive
+  /// alike. Throws DeviceError (pipeline creation) or ValueError (bindings, push bytes, or no buffer).
   void dispatch(const ShaderCode& shader, std::span<const uint32_t> spec, std::span<const Binding> bindings,
                 std::span<const std::byte> push, Groups groups, std::span<const Binding> addressed = {});
   template <class Push>
@@ -221,10 +221,10 @@ class Recorder {
   // shared cache's hash and lock on the common path. Pipelines live as long as the context.
   struct RecentPipeline {
     uint64_t digest = 0;
-    uint32_t bindings = 0;  // 0: an empty slot
+    uint32_t bindings = 0;
     uint32_t spec_size = 0;
     std::array<uint32_t, 4> spec{};
-    const Pipeline* pipeline = nullptr;
+    const Pipeline* pipeline = nullptr;  // null: an empty slot
   };
   const Pipeline& pipeline(const ShaderCode& shader, std::span<const uint32_t> spec, uint32_t bindings);
   std::array<RecentPipeline, 64> recent_pipelines_{};
