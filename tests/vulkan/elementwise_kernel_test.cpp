@@ -483,6 +483,8 @@ TEST_F(ElementwiseKernels, FusedChainEqualsUnfusedKernels) {
 TEST_F(ElementwiseKernels, AddressedAndDescriptorFormsWriteTheSameBits) {
   const ElementwiseFeatures device = ElementwiseFeatures::of(ctx().caps());
   if (!ctx().caps().buffer_device_address) GTEST_SKIP() << "the device has no buffer device addresses";
+  // KILN_VULKAN_ELEMENTWISE_DESCRIPTORS=1 (the elementwise_descriptors ctest pass) turns addresses off.
+  EXPECT_EQ(device.addresses, !ctx().options().elementwise_descriptors);
   const Shape shape = {3, 4, 5};
   const int64_t n = 1001;
   const Bytes a = random_bytes(float32, n, 51), b = random_bytes(float32, 100, 52),

@@ -33,11 +33,6 @@ struct FeatureChain {
   FeatureChain& operator=(const FeatureChain&) = delete;
 };
 
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::strcmp(v, "1") == 0;
-}
-
 const char* type_name(VkPhysicalDeviceType t) {
   switch (t) {
     case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
@@ -272,6 +267,11 @@ DeviceCaps read_caps(const VulkanApi& api, VkInstance instance, VkPhysicalDevice
 
 }  // namespace
 
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::strcmp(v, "1") == 0;
+}
+
 ContextOptions ContextOptions::from_env() {
   ContextOptions o;
   if (const char* v = std::getenv("KILN_VULKAN_LOADER"); v && *v) o.loader = v;
@@ -287,6 +287,7 @@ ContextOptions ContextOptions::from_env() {
   o.force_staging = env_flag("KILN_VULKAN_FORCE_STAGING");
   o.disable_coopmat = env_flag("KILN_VULKAN_DISABLE_COOPMAT");
   o.disable_push_descriptors = env_flag("KILN_VULKAN_DISABLE_PUSH_DESCRIPTORS");
+  o.elementwise_descriptors = env_flag("KILN_VULKAN_ELEMENTWISE_DESCRIPTORS");
   o.pipeline_stats = env_flag("KILN_VULKAN_PIPELINE_STATS");
   if (const char* v = std::getenv("KILN_VULKAN_SUBMIT_CHUNK"); v && *v) {
     char* end = nullptr;
@@ -356,6 +357,7 @@ Context::Context(const ContextOptions& options) : options_(options) {
     submit_chunk_ = options.submit_chunk >= 0 ? static_cast<uint32_t>(options.submit_chunk)
                     : caps_.is_cpu()          ? 0
                                               : kDefaultSubmitChunk;
+    caps_.elementwise_addresses = caps_.buffer_device_address && !options.elementwise_descriptors;
     caps_.push_descriptor = !options.disable_push_descriptors &&
                             has_extension(*api_, instance_, physical_, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
     if (options.pipeline_stats &&

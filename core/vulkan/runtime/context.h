@@ -17,6 +17,9 @@ namespace kiln::detail::vk {
 class DeviceAllocator;
 class PipelineCache;
 
+/// Whether environment variable `name` is "1" (the form of kiln's on/off switches).
+bool env_flag(const char* name);
+
 /// How a Context picks and uses its device. from_env() reads the documented variables.
 struct ContextOptions {
   std::string loader = "libvulkan.so.1";  ///< KILN_VULKAN_LOADER: library to dlopen
@@ -29,6 +32,9 @@ struct ContextOptions {
   /// KILN_VULKAN_DISABLE_PUSH_DESCRIPTORS=1: leave VK_KHR_push_descriptor off (each dispatch then
   /// allocates and writes a descriptor set from a pool)
   bool disable_push_descriptors = false;
+  /// KILN_VULKAN_ELEMENTWISE_DESCRIPTORS=1: elementwise kernels bind their buffers as descriptors
+  /// instead of taking their device addresses in push constants (to compare)
+  bool elementwise_descriptors = false;
   /// KILN_VULKAN_SUBMIT_CHUNK=<n>: a recording goes to the queue after n commands, then after 2n,
   /// 4n, ... (at most Recorder::kMaxChunk) more, as it is recorded; 0 submits each recording once,
   /// at its end. -1: Context::kDefaultSubmitChunk on a GPU, 0 on a CPU device (lavapipe)
@@ -79,6 +85,9 @@ struct DeviceCaps {
   /// VK_KHR_push_descriptor is enabled: a dispatch pushes its bindings into the command buffer
   /// (vkCmdPushDescriptorSetKHR) instead of allocating and writing a descriptor set.
   bool push_descriptor = false;
+  /// Elementwise kernels take their buffers' device addresses in push constants where they fit
+  /// (buffer_device_address, unless options.elementwise_descriptors).
+  bool elementwise_addresses = false;
   /// VK_KHR_pipeline_executable_properties is enabled (options.pipeline_stats and the device has it):
   /// pipelines are created with their statistics captured (PipelineCache::statistics).
   bool pipeline_stats = false;

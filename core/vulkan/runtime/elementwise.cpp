@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -540,13 +539,7 @@ std::string_view glsl_value_type(Dtype t) {
 }
 
 ElementwiseFeatures ElementwiseFeatures::of(const DeviceCaps& caps) {
-  // KILN_VULKAN_ELEMENTWISE_DESCRIPTORS=1 keeps descriptors, to compare.
-  static const bool descriptors = [] {
-    const char* v = std::getenv("KILN_VULKAN_ELEMENTWISE_DESCRIPTORS");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  return {caps.storage8, caps.storage16, caps.int64, caps.float64,
-          caps.buffer_device_address && !descriptors};
+  return {caps.storage8, caps.storage16, caps.int64, caps.float64, caps.elementwise_addresses};
 }
 
 void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const GpuView> inputs,

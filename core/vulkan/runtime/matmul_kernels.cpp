@@ -176,10 +176,7 @@ std::optional<bool> vector_layout(int64_t rows, int64_t cols, int64_t rs, int64_
 // they know there is none. Split-K slices are whole steps, so K decides for them too. Recorded for
 // last_matmul_aligned(). KILN_VULKAN_MATMUL_CHECKED=1 keeps the checks, to compare.
 bool whole_tiles(int64_t m, int64_t n, int64_t k, uint32_t bm, uint32_t bn, uint32_t bk) {
-  static const bool always_checked = [] {
-    const char* v = std::getenv("KILN_VULKAN_MATMUL_CHECKED");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  static const bool always_checked = env_flag("KILN_VULKAN_MATMUL_CHECKED");
   tls_last_matmul_aligned = !always_checked && k > 0 && m % bm == 0 && n % bn == 0 && k % bk == 0;
   return tls_last_matmul_aligned;
 }
@@ -458,10 +455,7 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
   const uint32_t bfloat = t == bfloat16 ? 1u : 0u;
   // float32 operands whose contiguous dimension's length, other strides and offset are multiples of
   // 4 load as vec4s (KILN_VULKAN_MATMUL_SCALAR=1 turns that off, to compare).
-  static const bool scalar_only = [] {
-    const char* v = std::getenv("KILN_VULKAN_MATMUL_SCALAR");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  static const bool scalar_only = env_flag("KILN_VULKAN_MATMUL_SCALAR");
   auto vec4_ok = [&](bool trans, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t batch_step,
                      int64_t offset) {
     if (half || scalar_only || offset % 4 != 0 || batch_step % 4 != 0) return false;
