@@ -85,6 +85,10 @@ std::vector<std::shared_ptr<ArrayNode>> build_tape(std::span<const Array> output
   std::vector<Frame> stack;
   for (const Array& a : outputs)
     if (a.valid() && !is_done(a.node())) stack.push_back({a.node_ptr(), false});
+  // The outputs of one multi-output primitive share one input list: scanned once, not once per
+  // output (a captured GPT step has about 160 outputs of about 170 inputs each). Held, so that its
+  // address cannot be reused by another list while the walk runs.
+  NodeInputs scanned;
   while (!stack.empty()) {
     Frame& f = stack.back();
     if (f.expanded) {
@@ -99,8 +103,11 @@ std::vector<std::shared_ptr<ArrayNode>> build_tape(std::span<const Array> output
     f.expanded = true;
     std::shared_ptr<ArrayNode> node = f.node;  // `f` may move when the stack grows
     std::lock_guard lock(node->lock);
-    for (size_t i = node->inputs.size(); i-- > 0;) {
-      const Array& in = node->inputs[i];
+    const std::vector<Array>& inputs = node->inputs;
+    if (!inputs.empty() && &inputs == &scanned.get()) continue;
+    scanned = node->inputs;
+    for (size_t i = inputs.size(); i-- > 0;) {
+      const Array& in = inputs[i];
       if (!is_done(in.node()) && !is_submitted(in.node()) && !seen.contains(&in.node()))
         stack.push_back({in.node_ptr(), false});
     }

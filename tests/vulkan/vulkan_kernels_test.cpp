@@ -14,6 +14,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/vulkan/runtime/array_views.h"
 #include "kiln/core/vulkan/runtime/kernels.h"
+#include "kiln/core/vulkan/runtime/profile.h"
 #include "vulkan_fixture.h"
 
 namespace kiln::detail::vk {
@@ -149,6 +150,49 @@ TEST_F(VulkanKernels, StridedCopyWithOffsetsAndNegativeStrides) {
   for (int64_t i = 0; i < 42; ++i)
     ASSERT_EQ(got_ints[i], static_cast<int32_t>(std::trunc(static_cast<double>(src_values[5 + (i % 7) * 2]))))
         << i;
+}
+
+// Heads merged back into rows, as attention's output is: [B, T, H, D] read from a [B, H, T, D]
+// layout at an offset. Contiguous rows move in whole units (16 bytes for D = 64, 8 for D = 6,
+// single elements for odd D); every element lands where the strided reference says.
+TEST_F(VulkanKernels, StridedCopyOfContiguousRowsMovesWholeUnits) {
+  struct Case {
+    Dtype dtype;
+    int64_t d, offset;
+    const char* shader;
+  };
+  for (const Case c : {Case{float32, 64, 8, "move_units_u128"}, Case{float32, 6, 2, "move_units_u64"},
+                       Case{float32, 5, 3, "move_units_u32"}, Case{float16, 8, 16, "move_units_u128"}}) {
+    const int64_t b = 2, t = 7, h = 3, n = b * t * h * c.d;
+    const Shape shape = {b, t, h, c.d};
+    const Strides from = {h * t * c.d, c.d, t * c.d, 1};
+    const auto floats = random_floats(static_cast<size_t>(n + c.offset), -4, 4, 31);
+    std::vector<uint32_t> words(floats.size());
+    std::vector<uint16_t> halves(floats.size());
+    for (size_t i = 0; i < floats.size(); ++i) {
+      std::memcpy(&words[i], &floats[i], 4);
+      halves[i] = to_half_bits(floats[i]);
+    }
+    const GpuView src = c.dtype == float32 ? view(words, float32, shape, from, c.offset)
+                                           : view(halves, float16, shape, from, c.offset);
+    const GpuView dst = output(c.dtype, shape);
+    profile_clear();
+    set_profiling(true);
+    run([&](Recorder& r) { record_copy(r, src, dst); });
+    set_profiling(false);
+    if (ctx().caps().timestamp_period != 0) {
+      EXPECT_NE(profile_report().find(c.shader), std::string::npos) << c.d << "\n" << profile_report();
+    }
+    profile_clear();
+    auto expect_moved = [&](const auto& got, const auto& want) {
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[strided_offset(i, shape, from, c.offset)]) << i;
+    };
+    if (c.dtype == float32) {
+      expect_moved(read_vector<uint32_t>(dst.buffer, n), words);
+    } else {
+      expect_moved(read_vector<uint16_t>(dst.buffer, n), halves);
+    }
+  }
 }
 
 TEST_F(VulkanKernels, CopyRankLimitAndViewChecks) {

@@ -53,6 +53,51 @@ TEST(VulkanLoader, MissingLoaderIsAReasonNotACrash) {
   }
 }
 
+TEST(VulkanQueueFamily, ComputeOnlyByDefaultUniversalWhenAsked) {
+  auto family = [](VkQueueFlags flags) {
+    VkQueueFamilyProperties p{};
+    p.queueFlags = flags;
+    p.queueCount = 1;
+    return p;
+  };
+  constexpr VkQueueFlags kG = VK_QUEUE_GRAPHICS_BIT, kC = VK_QUEUE_COMPUTE_BIT, kT = VK_QUEUE_TRANSFER_BIT;
+  // NVIDIA's order: universal, transfer, compute-only, then others.
+  const std::vector<VkQueueFamilyProperties> nvidia = {family(kG | kC | kT), family(kT), family(kC | kT),
+                                                       family(kT), family(kC | kT)};
+  EXPECT_EQ(pick_queue_family(nvidia, false), 2);
+  EXPECT_EQ(pick_queue_family(nvidia, true), 0);
+  // The preferred kind after another that computes.
+  const std::vector<VkQueueFamilyProperties> universal_first = {family(kT), family(kG | kC), family(kC)};
+  EXPECT_EQ(pick_queue_family(universal_first, false), 2);
+  EXPECT_EQ(pick_queue_family(universal_first, true), 1);
+  // Only one kind: taken whatever was asked (lavapipe has one universal family).
+  const std::vector<VkQueueFamilyProperties> lavapipe = {family(kG | kC | kT)};
+  EXPECT_EQ(pick_queue_family(lavapipe, false), 0);
+  const std::vector<VkQueueFamilyProperties> compute_only = {family(kT), family(kC)};
+  EXPECT_EQ(pick_queue_family(compute_only, true), 1);
+  // None computes.
+  const std::vector<VkQueueFamilyProperties> none = {family(kG), family(kT)};
+  EXPECT_EQ(pick_queue_family(none, false), -1);
+  EXPECT_EQ(pick_queue_family({}, true), -1);
+}
+
+TEST_F(VulkanTest, EitherQueueFamilyRunsKernels) {
+  for (const bool universal : {false, true}) {
+    ContextOptions o = private_options();
+    o.universal_queue = universal;
+    auto ctx = Context::create(o);
+    const std::vector<float> x = random_floats(1000, -1, 1, 41);
+    BufferPtr a = ctx->allocator().allocate(x.size() * 4), b = ctx->allocator().allocate(x.size() * 4);
+    upload(*ctx, a, x.data(), x.size() * 4);
+    Recorder r(*ctx);
+    record_copy_floats(r, a, b, static_cast<int64_t>(x.size()));
+    r.submit_and_wait();
+    std::vector<float> y(x.size());
+    readback(*ctx, b, y.data(), y.size() * 4);
+    EXPECT_EQ(y, x) << "universal " << universal;
+  }
+}
+
 TEST_F(VulkanTest, CpuDeviceOnlyWhenAllowed) {
   ContextOptions o = private_options();
   o.allow_cpu = false;

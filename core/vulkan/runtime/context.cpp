@@ -267,6 +267,17 @@ DeviceCaps read_caps(const VulkanApi& api, VkInstance instance, VkPhysicalDevice
 
 }  // namespace
 
+int pick_queue_family(std::span<const VkQueueFamilyProperties> families, bool universal) {
+  int family = -1;
+  for (size_t i = 0; i < families.size(); ++i) {
+    if (!(families[i].queueFlags & VK_QUEUE_COMPUTE_BIT)) continue;
+    const bool graphics = (families[i].queueFlags & VK_QUEUE_GRAPHICS_BIT) != 0;
+    if (graphics == universal) return static_cast<int>(i);
+    if (family < 0) family = static_cast<int>(i);
+  }
+  return family;
+}
+
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
   return v && std::strcmp(v, "1") == 0;
@@ -288,6 +299,7 @@ ContextOptions ContextOptions::from_env() {
   o.disable_coopmat = env_flag("KILN_VULKAN_DISABLE_COOPMAT");
   o.disable_push_descriptors = env_flag("KILN_VULKAN_DISABLE_PUSH_DESCRIPTORS");
   o.elementwise_descriptors = env_flag("KILN_VULKAN_ELEMENTWISE_DESCRIPTORS");
+  o.universal_queue = env_flag("KILN_VULKAN_UNIVERSAL_QUEUE");
   o.pipeline_stats = env_flag("KILN_VULKAN_PIPELINE_STATS");
   if (const char* v = std::getenv("KILN_VULKAN_SUBMIT_CHUNK"); v && *v) {
     char* end = nullptr;
@@ -376,13 +388,7 @@ Context::Context(const ContextOptions& options) : options_(options) {
     api_->vkGetPhysicalDeviceQueueFamilyProperties(physical_, &n, nullptr);
     std::vector<VkQueueFamilyProperties> families(n);
     api_->vkGetPhysicalDeviceQueueFamilyProperties(physical_, &n, families.data());
-    // A compute queue; one without graphics where offered (it may run beside a display's work).
-    int family = -1;
-    for (uint32_t i = 0; i < n; ++i) {
-      if (!(families[i].queueFlags & VK_QUEUE_COMPUTE_BIT)) continue;
-      if (family < 0 || !(families[i].queueFlags & VK_QUEUE_GRAPHICS_BIT)) family = static_cast<int>(i);
-    }
-    queue_family_ = static_cast<uint32_t>(family);
+    queue_family_ = static_cast<uint32_t>(pick_queue_family(families, options.universal_queue));
 
     // Enable what the device has among the features kernels may use.
     FeatureChain enabled;

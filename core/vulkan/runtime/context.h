@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,11 @@ namespace kiln::detail::vk {
 
 class DeviceAllocator;
 class PipelineCache;
+
+/// The queue family a context takes its queue from: the first that computes without graphics, or
+/// the first that computes and also does graphics (the universal family) when `universal`; else
+/// the first that computes at all. -1 when none computes.
+int pick_queue_family(std::span<const VkQueueFamilyProperties> families, bool universal);
 
 /// Whether environment variable `name` is "1" (the form of kiln's on/off switches).
 bool env_flag(const char* name);
@@ -35,6 +41,10 @@ struct ContextOptions {
   /// KILN_VULKAN_ELEMENTWISE_DESCRIPTORS=1: elementwise kernels bind their buffers as descriptors
   /// instead of taking their device addresses in push constants (to compare)
   bool elementwise_descriptors = false;
+  /// KILN_VULKAN_UNIVERSAL_QUEUE=1: take the queue from the family that also does graphics instead
+  /// of a compute-only one (the default, which may run beside a display's work). On the H200 the
+  /// two measured alike within the noise (docs/gpu.md); the switch is there to compare them.
+  bool universal_queue = false;
   /// KILN_VULKAN_SUBMIT_CHUNK=<n>: a recording goes to the queue after n commands, then after 2n,
   /// 4n, ... (at most Recorder::kMaxChunk) more, as it is recorded; 0 submits each recording once,
   /// at its end. -1: Context::kDefaultSubmitChunk on a GPU, 0 on a CPU device (lavapipe)
