@@ -104,8 +104,10 @@ std::vector<std::shared_ptr<ArrayNode>> build_tape(std::span<const Array> output
     std::shared_ptr<ArrayNode> node = f.node;  // `f` may move when the stack grows
     std::lock_guard lock(node->lock);
     const std::vector<Array>& inputs = node->inputs;
-    if (!inputs.empty() && &inputs == &scanned.get()) continue;
-    scanned = node->inputs;
+    if (node->group) {  // only a multi-output primitive's outputs share their list
+      if (!inputs.empty() && &inputs == &scanned.get()) continue;
+      scanned = node->inputs;
+    }
     for (size_t i = inputs.size(); i-- > 0;) {
       const Array& in = inputs[i];
       if (!is_done(in.node()) && !is_submitted(in.node()) && !seen.contains(&in.node()))

@@ -1,7 +1,8 @@
 #version 450
 // dst[dst view] = src[src view], moving raw units of 1 to 16 bytes: the copies of concatenate, pad
-// and slice_update into views of their output, and dense copies of operands for the gather
-// kernels, for every dtype (copy.comp moves only 2- and 4-byte ones). Both views may have any
+// and slice_update into views of their output, dense copies of operands for the gather kernels,
+// and record_copy's strided same-dtype copies whose rows are contiguous, for every dtype (copy.comp
+// moves only 2- and 4-byte ones, one element per invocation). Both views may have any
 // strides (0 and negative too) over one shape of up to KILN_MAX_RANK dims (a contiguous pair is a
 // buffer copy instead). The host widens the unit when the innermost dim is contiguous and aligned.
 // kiln-variant: move_units_u8 -DVAL_T=uint8_t -DKILN_8BIT

@@ -152,10 +152,30 @@ TEST_F(VulkanKernels, StridedCopyWithOffsetsAndNegativeStrides) {
         << i;
 }
 
+// Profiling on for `record`'s dispatches, off and cleared again however they end.
+struct ProfilingOn {
+  ProfilingOn() {
+    profile_clear();
+    set_profiling(true);
+  }
+  ~ProfilingOn() {
+    set_profiling(false);
+    profile_clear();
+  }
+};
+
 // Heads merged back into rows, as attention's output is: [B, T, H, D] read from a [B, H, T, D]
 // layout at an offset. Contiguous rows move in whole units (16 bytes for D = 64, 8 for D = 6,
 // single elements for odd D); every element lands where the strided reference says.
 TEST_F(VulkanKernels, StridedCopyOfContiguousRowsMovesWholeUnits) {
+  // Runs `record` and expects `shader` among its dispatches (where the device has timestamps).
+  auto expect_shader = [&](const char* shader, const std::function<void(Recorder&)>& record) {
+    ProfilingOn on;
+    run(record);
+    if (ctx().caps().timestamp_period != 0) {
+      EXPECT_NE(profile_report().find(shader), std::string::npos) << shader << "\n" << profile_report();
+    }
+  };
   struct Case {
     Dtype dtype;
     int64_t d, offset;
@@ -176,14 +196,7 @@ TEST_F(VulkanKernels, StridedCopyOfContiguousRowsMovesWholeUnits) {
     const GpuView src = c.dtype == float32 ? view(words, float32, shape, from, c.offset)
                                            : view(halves, float16, shape, from, c.offset);
     const GpuView dst = output(c.dtype, shape);
-    profile_clear();
-    set_profiling(true);
-    run([&](Recorder& r) { record_copy(r, src, dst); });
-    set_profiling(false);
-    if (ctx().caps().timestamp_period != 0) {
-      EXPECT_NE(profile_report().find(c.shader), std::string::npos) << c.d << "\n" << profile_report();
-    }
-    profile_clear();
+    expect_shader(c.shader, [&](Recorder& r) { record_copy(r, src, dst); });
     auto expect_moved = [&](const auto& got, const auto& want) {
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[strided_offset(i, shape, from, c.offset)]) << i;
     };
@@ -193,6 +206,23 @@ TEST_F(VulkanKernels, StridedCopyOfContiguousRowsMovesWholeUnits) {
       expect_moved(read_vector<uint16_t>(dst.buffer, n), halves);
     }
   }
+
+  // Rows walked backwards and one broadcast over the middle dim (strides -8 and 0), into a
+  // destination whose rows sit 8 floats apart at an offset of 2 floats: 8-byte units.
+  const auto values = random_floats(64, -4, 4, 32);
+  std::vector<uint32_t> bits(values.size());
+  std::memcpy(bits.data(), values.data(), values.size() * 4);
+  const Shape shape = {4, 3, 6};
+  const Strides from = {-8, 0, 1}, to = {24, 8, 1};
+  const GpuView src = view(bits, float32, shape, from, 40);
+  GpuView dst = output(float32, {4 * 24});
+  dst.shape = shape;
+  dst.strides = to;
+  dst.offset = 2;
+  expect_shader("move_units_u64", [&](Recorder& r) { record_copy(r, src, dst); });
+  const auto got = read_vector<uint32_t>(dst.buffer, 4 * 24);
+  for (int64_t i = 0; i < 72; ++i)
+    ASSERT_EQ(got[strided_offset(i, shape, to, 2)], bits[strided_offset(i, shape, from, 40)]) << i;
 }
 
 TEST_F(VulkanKernels, CopyRankLimitAndViewChecks) {

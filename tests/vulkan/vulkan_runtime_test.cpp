@@ -61,11 +61,14 @@ TEST(VulkanQueueFamily, ComputeOnlyByDefaultUniversalWhenAsked) {
     return p;
   };
   constexpr VkQueueFlags kG = VK_QUEUE_GRAPHICS_BIT, kC = VK_QUEUE_COMPUTE_BIT, kT = VK_QUEUE_TRANSFER_BIT;
-  // NVIDIA's order: universal, transfer, compute-only, then others.
+  // NVIDIA's order: universal, transfer, compute-only, then video and optical flow (transfer).
   const std::vector<VkQueueFamilyProperties> nvidia = {family(kG | kC | kT), family(kT), family(kC | kT),
-                                                       family(kT), family(kC | kT)};
+                                                       family(kT),           family(kT), family(kT)};
   EXPECT_EQ(pick_queue_family(nvidia, false), 2);
   EXPECT_EQ(pick_queue_family(nvidia, true), 0);
+  // Two compute-only families: the first (before 9e4f06d the last was taken).
+  const std::vector<VkQueueFamilyProperties> two = {family(kG | kC), family(kC), family(kC | kT)};
+  EXPECT_EQ(pick_queue_family(two, false), 1);
   // The preferred kind after another that computes.
   const std::vector<VkQueueFamilyProperties> universal_first = {family(kT), family(kG | kC), family(kC)};
   EXPECT_EQ(pick_queue_family(universal_first, false), 2);

@@ -388,7 +388,9 @@ Context::Context(const ContextOptions& options) : options_(options) {
     api_->vkGetPhysicalDeviceQueueFamilyProperties(physical_, &n, nullptr);
     std::vector<VkQueueFamilyProperties> families(n);
     api_->vkGetPhysicalDeviceQueueFamilyProperties(physical_, &n, families.data());
-    queue_family_ = static_cast<uint32_t>(pick_queue_family(families, options.universal_queue));
+    const int family = pick_queue_family(families, options.universal_queue);
+    if (family < 0) throw DeviceError::of("vulkan", "the device has no compute queue", "{}", caps_.name);
+    queue_family_ = static_cast<uint32_t>(family);
 
     // Enable what the device has among the features kernels may use.
     FeatureChain enabled;
