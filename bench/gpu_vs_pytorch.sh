@@ -9,7 +9,8 @@
 # (bench/gpu_vs_pytorch.py) with the synchronous vs asynchronous training loops
 # (bench/core/async_loop_bench.cpp), and training on the GPU through the examples.
 #   bench/gpu_vs_pytorch.sh prepare             # here
-#   bench/gpu_vs_pytorch.sh device [parts...]   # there; parts: tests table train (default: all)
+#   bench/gpu_vs_pytorch.sh device [parts...]   # there; parts: tests table gemm train (default:
+#                                               # tests table train; gemm: the GPT's GEMMs by shape)
 # e.g. run(command='bash bench/gpu_vs_pytorch.sh device tests',
 #          carry=['.gpu_carry/gl', '.gpu_carry/base-lib.tar.xz', '.gpu_carry/bin-tests.tar.xz']), then
 #      run(command='rm -rf /tmp/kiln; bash bench/gpu_vs_pytorch.sh device train', carry=['.gpu_carry/gl',
@@ -110,6 +111,11 @@ case "${1:-}" in
             --benchmark_out="$out/async_loop.json" --benchmark_out_format=json 2>&1 |
             tee "$out/async_loop.txt" || echo "async_loop_bench failed"
           ;;
+        gemm)
+          # The GPT step's float32 products, shape by shape, beside cuBLAS's.
+          python3 bench/gpu_gemm_vs_pytorch.py --kiln "$k/bin/gpu_bench" --step | tee "$out/gemm.txt" ||
+            echo "gemm failed"
+          ;;
         train)
           export KILN_DEVICE=gpu
           (cd /tmp && time "$k/bin/train_fashion_mnist" --model mlp --epochs 2 --data "$k/data" --out /tmp/fm) || true
@@ -130,7 +136,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: $0 prepare | device [tests|table|train ...]" >&2
+    echo "usage: $0 prepare | device [tests|table|gemm|train ...]" >&2
     exit 2
     ;;
 esac

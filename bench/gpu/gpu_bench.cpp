@@ -157,14 +157,19 @@ void BM_gpu_matmul_f16_tile(benchmark::State& st, const char* tile, const char* 
 
 // One GEMM of st.range: M, N, K, batch, and layout bits: 1 when a is the transposed view of a [K, M]
 // array (as x^T in a weight gradient is), 2 when b is that of an [N, K] one (as a Linear's weight
-// is in x @ w^T) (float32).
+// is in x @ w^T), 4 when the batch is attention's heads: each operand the [B, 4, rows, cols] view of
+// a [B, rows, 4, cols] array (batch = 4 B), as the heads of a [B, T, C] activation are (float32).
 void BM_gpu_matmul_shape(benchmark::State& st) {
   if (!use_gpu(st)) return;
   const int64_t m = st.range(0), n = st.range(1), k = st.range(2), batch = st.range(3);
+  const bool heads = (st.range(4) & 4) != 0;
+  if (heads && batch % 4 != 0) return st.SkipWithError("heads need a batch that 4 divides");
   // A [rows, cols] operand (batched when batch > 1), or the transposed view of a [cols, rows] one.
-  auto operand = [batch](int64_t rows, int64_t cols, uint64_t seed, bool transposed) {
+  auto operand = [batch, heads](int64_t rows, int64_t cols, uint64_t seed, bool transposed) {
     if (transposed) std::swap(rows, cols);
-    const Array v = device_random(batch > 1 ? kiln::Shape{batch, rows, cols} : kiln::Shape{rows, cols}, seed);
+    Array v = heads
+                  ? kiln::swapaxes(device_random({batch / 4, rows, 4, cols}, seed), 1, 2)
+                  : device_random(batch > 1 ? kiln::Shape{batch, rows, cols} : kiln::Shape{rows, cols}, seed);
     return transposed ? kiln::swapaxes(v, -1, -2) : v;
   };
   const Array a = operand(m, k, 11, (st.range(4) & 1) != 0), b = operand(k, n, 12, (st.range(4) & 2) != 0);
@@ -469,6 +474,13 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
   sweep_splits({"128x64", "64", "64w", "32"}, {1, 2, 4, 8, 16}, {shapes[4], shapes[5]});
   // The GPT's narrow products (4096 x 256: 256 tiles, two per compute unit) at K 256 and 1024,
   // and the same as 32 batches of 128 rows (a linear layer on (B, T, C) with a broadcast weight).
+  // The weight gradients (K 4096).
+  sweep_splits({"64w"}, {4, 6, 7, 8, 9, 10, 12, 16},
+               {{1024, 256, 4096, 1, 1},
+                {256, 1024, 4096, 1, 1},
+                {768, 256, 4096, 1, 1},
+                {256, 256, 4096, 1, 1},
+                {65, 256, 4096, 1, 1}});
   sweep_splits({"64w", "64"}, {2, 3, 4, 6, 8},
                {shapes[1], shapes[3], {128, 256, 256, 32, 0}, {128, 256, 1024, 32, 0}, shapes[0], shapes[2]});
   return true;
@@ -478,23 +490,41 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
 
 BENCHMARK(BM_gpu_matmul_f32)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gpu_matmul_f16)->Unit(benchmark::kMillisecond)->UseRealTime();
-// The products of the small GPT's training step (d 256, context 128, batch 32: 4096 tokens), to tune
-// the GEMM's tile choice: forward x @ W, the input gradient g @ W^T, the weight gradient x^T @ g
-// (K = 4096, x transposed), and attention's per-head products (128 heads of 128 x 64).
+// The products of the small GPT's training step (d 256, context 128, batch 32: 4096 tokens; st.range(5)
+// is how many a step has), to tune the GEMM's plan and to set beside cuBLAS's on the same shapes
+// (bench/gpu_gemm_vs_pytorch.py): forward x @ W^T (W (out, in), as nn::Linear's), the input gradient
+// g @ W, the weight gradient g^T @ x (K = 4096, g transposed), the head's (65 outputs) and attention's
+// per-head products (128 of [128, 64] heads, read in place from [B, T, H, D] rows: scores q @ k^T and
+// their gradient, then p @ v and the three [128, 64] gradients).
 BENCHMARK(BM_gpu_matmul_shape)
-    ->Args({4096, 768, 256, 1, 0})
-    ->Args({4096, 256, 256, 1, 0})
-    ->Args({4096, 1024, 256, 1, 0})
-    ->Args({4096, 256, 1024, 1, 0})
-    ->Args({256, 768, 4096, 1, 1})
-    ->Args({1024, 256, 4096, 1, 1})
-    ->Args({128, 128, 64, 128, 0})
-    ->Args({128, 64, 128, 128, 0})
-    // The MLP's: forward (and the input gradient) at K 784 and 512, weight gradients at K 128.
-    ->Args({128, 512, 784, 1, 0})
-    ->Args({128, 512, 512, 1, 0})
-    ->Args({784, 512, 128, 1, 1})
-    ->Args({512, 512, 128, 1, 1})
+    ->Args({4096, 768, 256, 1, 2, 4})
+    ->Args({4096, 256, 256, 1, 2, 4})
+    ->Args({4096, 1024, 256, 1, 2, 4})
+    ->Args({4096, 256, 1024, 1, 2, 4})
+    ->Args({4096, 65, 256, 1, 2, 1})
+    ->Args({4096, 256, 768, 1, 0, 4})
+    ->Args({4096, 256, 256, 1, 0, 4})
+    ->Args({4096, 256, 1024, 1, 0, 4})
+    ->Args({4096, 1024, 256, 1, 0, 4})
+    ->Args({4096, 256, 65, 1, 0, 1})
+    ->Args({768, 256, 4096, 1, 1, 4})
+    ->Args({256, 256, 4096, 1, 1, 4})
+    ->Args({1024, 256, 4096, 1, 1, 4})
+    ->Args({256, 1024, 4096, 1, 1, 4})
+    ->Args({65, 256, 4096, 1, 1, 1})
+    ->Args({128, 128, 64, 128, 6, 8})
+    ->Args({128, 64, 128, 128, 4, 8})
+    ->Args({128, 64, 128, 128, 5, 8})
+    // The same on contiguous heads (not the step's: count 0).
+    ->Args({128, 128, 64, 128, 2, 0})
+    ->Args({128, 64, 128, 128, 0, 0})
+    ->Args({128, 64, 128, 128, 1, 0})
+    // The MLP's (not the GPT's: count 0): forward (and the input gradient) at K 784 and 512, weight
+    // gradients at K 128.
+    ->Args({128, 512, 784, 1, 0, 0})
+    ->Args({128, 512, 512, 1, 0, 0})
+    ->Args({784, 512, 128, 1, 1, 0})
+    ->Args({512, 512, 128, 1, 1, 0})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_gpu_add_1gib)->Unit(benchmark::kMillisecond)->UseRealTime();

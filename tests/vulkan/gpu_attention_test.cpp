@@ -186,5 +186,54 @@ TEST_F(GpuAttention, Float64WithoutDeviceSupportThrowsNotImplemented) {
   EXPECT_THROW(eval(scaled_dot_product_attention(q, q, q, 1.0, false, Array(), Device::gpu)), NotImplemented);
 }
 
+// Without KILN_VULKAN_FUSED_ATTENTION (the GPU's default) the op is the unfused graph: the scores'
+// GEMM, one fused softmax node and the GEMM with v, differentiated through the softmax's fused
+// vjp. It matches the CPU's fused op, NaN rows (a bool mask's all-true rows) included.
+using GpuAttentionDefault = detail::vk::testing::VulkanTest;
+
+TEST_F(GpuAttentionDefault, IsOneSoftmaxBetweenTwoGemmsAndMatchesTheCpu) {
+  unsetenv("KILN_VULKAN_FUSED_ATTENTION");
+  const Array q = test::random_array({2, 3, 9, 16}, float32, 30),
+              k = test::random_array({2, 3, 11, 16}, float32, 31);
+  const Array v = test::random_array({2, 3, 11, 8}, float32, 32);
+  const Array out = scaled_dot_product_attention(q, k, v, 0.3, true, Array(), Device::gpu);
+  ASSERT_FALSE(out.inputs().empty());
+  EXPECT_STREQ(out.inputs()[0].primitive()->name(), "Softmax") << "the weights should be one node";
+  test::expect_close(out, scaled_dot_product_attention(q, k, v, 0.3, true, Array(), Device::cpu), 2e-5, 2e-5);
+  const Array fmask = test::random_array({3, 1, 11}, float32, 33, -2, 2);
+  const Array bmask = greater(test::random_array({9, 11}, float32, 34), 0.5);
+  for (const Array& m : {fmask, bmask})
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "bool mask " << (m.dtype() == bool_) << " causal " << causal);
+      test::expect_close(scaled_dot_product_attention(q, k, v, 0.3, causal, m, Device::gpu),
+                         scaled_dot_product_attention(q, k, v, 0.3, causal, m, Device::cpu), 2e-5, 2e-5);
+    }
+}
+
+TEST_F(GpuAttentionDefault, GradientsMatchTheCpuForEveryDtype) {
+  unsetenv("KILN_VULKAN_FUSED_ATTENTION");
+  for (Dtype t : {float32, float16}) {
+    if (t == float16 && !ctx().caps().storage16) continue;
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(t) << " causal " << causal);
+      const int64_t lq = 7, lk = 12, d = 16;
+      const Array q = test::random_array({2, 2, lq, d}, t, 35), k = test::random_array({2, 2, lk, d}, t, 36);
+      const Array v = test::random_array({2, 2, lk, d}, t, 37), u = test::random_array({2, 2, lq, d}, t, 38);
+      const Array mask = test::random_array({lq, lk}, t, 39);
+      auto loss = [&](Device dev) {
+        return [=](const std::vector<Array>& x) {
+          const Array o = scaled_dot_product_attention(x[0], x[1], x[2], 0.25, causal, x[3], dev);
+          return std::vector<Array>{
+              sum(multiply(astype(o, float32, dev), astype(u, float32, dev), dev), false, dev)};
+        };
+      };
+      const auto gpu = grad(loss(Device::gpu), {0, 1, 2, 3})({q, k, v, mask});
+      const auto cpu = grad(loss(Device::cpu), {0, 1, 2, 3})({q, k, v, mask});
+      const double tol = t == float32 ? 1e-4 : 2e-2;
+      for (size_t i = 0; i < 4; ++i) test::expect_close(gpu[i], cpu[i], tol, tol);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -286,7 +286,8 @@ TEST_F(GpuMatmulTiles, SplitKMatchesFloat64) {
 
 TEST_F(GpuMatmulTiles, AutomaticPlanSplitsKWhereTilesAreFew) {
   // As on a GPU of 132 compute units: a 64 x 96 output (2 tiles of 64 x 64) with K = 2048 takes 8
-  // slices of 256, as does a weight gradient x^T @ dy (x [K, 64]); 16 tiles with K = 4096 take 16;
+  // slices of 256, as does a weight gradient x^T @ dy (x [K, 64]); 16 tiles with K = 4096 take 16,
+  // 64 tiles 8 (4 x 132 / 64, rounded down);
   // under 66 tiles, a K of 512 or more takes up to 8 slices of at least 64 (the MLP's 128 x 784 x 512
   // takes 7 slices of 112: K rounds to whole steps of the tile); outputs of many tiles, and K under
   // 512, never split.
@@ -297,6 +298,9 @@ TEST_F(GpuMatmulTiles, AutomaticPlanSplitsKWhereTilesAreFew) {
   EXPECT_EQ(check(transpose(x), dy, "x^T @ dy"), "matmul_f32_t64w+splitk8");
   const Array g = random_array({4096, 256}, 304), h = random_array({4096, 256}, 305);
   EXPECT_EQ(check(transpose(g), h, "256 x 4096 x 256"), "matmul_f32_t64w+splitk16");
+  // 64 tiles take 8 slices (512 workgroups), not 9: at most four workgroups per unit.
+  const Array w = random_array({2304, 512}, 314), e = random_array({2304, 512}, 315);
+  EXPECT_EQ(check(transpose(w), e, "512 x 2304 x 512"), "matmul_f32_t64w+splitk8");
   const Array big_a = random_array({1536, 40}, 306), big_b = random_array({40, 1536}, 307);
   EXPECT_EQ(check(big_a, big_b, "1536 x 40 x 1536"), "matmul_f32_t64w");
   const Array s = random_array({64, 512}, 308), t = random_array({512, 64}, 309);
