@@ -4,7 +4,9 @@ BM_gpu_matmul_shape under KILN_VULKAN_PROFILE=1, the split-K reduction included)
 through PyTorch on the same GPU (CUDA events around back-to-back products, TF32 off), weighted by how
 many a training step has. It says which shapes the step's GEMM time is lost on. Runs on the H200
 through bench/gpu_vs_pytorch.sh (`device gemm`); here (no CUDA) PyTorch runs on the CPU and kiln on
-lavapipe, which checks the script, not the figures.
+lavapipe (with KILN_VULKAN_ALLOW_CPU=1), which checks the script, not the figures. The two sides
+are timed differently: kiln's figure is its dispatches' GPU timestamps, PyTorch's the CUDA events
+around 20 products launched back to back (so it includes what launching them leaves between kernels).
 
 With --step it also profiles PyTorch's own GPT step (torch.profiler over 5 steps on the GPU): its
 kernels a step, their summed time, and the GEMMs' share.
@@ -19,7 +21,11 @@ import subprocess
 import sys
 import time
 
-FORMS = {0: "a @ b", 1: "a^T @ b", 2: "a @ b^T"}  # layout bits 1 and 2; 4: heads read in place
+# Layout bits: 1 a transposed, 2 b transposed, 4 b a head view, 8 a a head view (gpu_bench.cpp).
+def form(layout):
+    a = ("a^T" if layout & 1 else "a") + ("'" if layout & 8 else "")
+    b = ("b^T" if layout & 2 else "b") + ("'" if layout & 4 else "")
+    return f"{a} @ {b}"
 
 
 def kiln_shapes(exe):
@@ -41,16 +47,17 @@ def torch_us(torch, m, n, k, batch, layout, cuda, repeats=20):
     """Time of one product in microseconds: the median of 5 runs of `repeats` back to back."""
     dev = "cuda" if cuda else "cpu"
 
-    def operand(rows, cols, transposed):
+    def operand(rows, cols, transposed, heads):
         if transposed:
             rows, cols = cols, rows
-        if layout & 4:  # the [B, 4, rows, cols] view of a [B, rows, 4, cols] array
+        if heads:  # the [B, 4, rows, cols] view of a [B, rows, 4, cols] array
             v = torch.rand(batch // 4, rows, 4, cols, device=dev).transpose(1, 2)
         else:
-            v = torch.rand(*((batch,) if batch > 1 else ()), rows, cols, device=dev)
+            lead = (batch // 4, 4) if layout & 12 else (batch,) if batch > 1 else ()
+            v = torch.rand(*lead, rows, cols, device=dev)
         return v.transpose(-1, -2) if transposed else v
 
-    a, b = operand(m, k, layout & 1), operand(k, n, layout & 2)
+    a, b = operand(m, k, layout & 1, layout & 8), operand(k, n, layout & 2, layout & 4)
     for _ in range(3):
         a @ b
     samples = []
@@ -96,10 +103,13 @@ def torch_step_profile(torch, steps=5):
             step()
         torch.cuda.synchronize()
     kernels = [e for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    total = sum(e.device_time for e in kernels) / steps
-    gemm = sum(e.device_time for e in kernels if "gemm" in e.name.lower() or "splitk" in e.name.lower()) / steps
-    print(f"PyTorch's GPT step: {len(kernels) / steps:.0f} kernels, {total:.0f} us of kernel time, "
-          f"{gemm:.0f} us of it GEMMs (and their split-K reductions)")
+    def us(e):  # device_time from PyTorch 2.4 on, cuda_time before
+        return getattr(e, "device_time", None) or getattr(e, "cuda_time", 0)
+
+    total = sum(us(e) for e in kernels) / steps
+    gemm = sum(us(e) for e in kernels if "gemm" in e.name.lower() or "splitk" in e.name.lower()) / steps
+    print(f"PyTorch's GPT step: {len(kernels) / steps:.0f} device operations (kernels, copies, memsets), "
+          f"{total:.0f} us of them in all, {gemm:.0f} us GEMMs (and their split-K reductions)")
 
 
 def main():
@@ -118,7 +128,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     print(f"float32 GEMMs of the GPT step: kiln Vulkan vs PyTorch {torch.__version__} "
           f"({torch.cuda.get_device_name() if cuda else 'CPU'}), microseconds per product")
-    print(f"{'M x N x K':>18s} {'batch':>5s} {'form':>10s} {'/step':>5s} {'kiln':>8s} {'peer':>8s} {'ratio':>6s}"
+    print(f"{'M x N x K':>18s} {'batch':>5s} {'form':>12s} {'/step':>5s} {'kiln':>8s} {'peer':>8s} {'ratio':>6s}"
           f" {'kiln/step':>9s} {'peer/step':>9s} {'TFLOP/s':>8s}")
     total_k = total_p = 0.0
     for (m, n, kk, batch, layout, count), kus in sorted(k.items(), key=lambda kv: -kv[1] * kv[0][5]):
@@ -126,10 +136,10 @@ def main():
         total_k += count * kus
         total_p += count * pus
         tflops = 2 * m * n * kk * batch / kus * 1e-6
-        print(f"{f'{m} x {n} x {kk}':>18s} {batch:5d} {FORMS[layout & 3] + (' h' if layout & 4 else ''):>10s} {count:5d} {kus:8.1f} {pus:8.1f}"
+        print(f"{f'{m} x {n} x {kk}':>18s} {batch:5d} {form(layout):>12s} {count:5d} {kus:8.1f} {pus:8.1f}"
               f" {kus / pus:6.2f} {count * kus:9.1f} {count * pus:9.1f} {tflops:8.1f}")
     print(f"the GPT step's products in all: kiln {total_k:.0f} us, peer {total_p:.0f} us, "
-          f"ratio {total_k / total_p:.2f} (count 0: not in the sum; form 'h': heads read in place)")
+          f"ratio {total_k / total_p:.2f} (count 0: not in the sum; a' b': heads read in place)")
     if args.step and cuda:
         torch_step_profile(torch)
 

@@ -157,22 +157,27 @@ void BM_gpu_matmul_f16_tile(benchmark::State& st, const char* tile, const char* 
 
 // One GEMM of st.range: M, N, K, batch, and layout bits: 1 when a is the transposed view of a [K, M]
 // array (as x^T in a weight gradient is), 2 when b is that of an [N, K] one (as a Linear's weight
-// is in x @ w^T), 4 when the batch is attention's heads: each operand the [B, 4, rows, cols] view of
-// a [B, rows, 4, cols] array (batch = 4 B), as the heads of a [B, T, C] activation are (float32).
+// is in x @ w^T), 4 when b is one of attention's heads, 8 when a is: the [B, 4, rows, cols] view of a
+// [B, rows, 4, cols] array (batch = 4 B), as the heads of a [B, T, C] activation are (float32).
 void BM_gpu_matmul_shape(benchmark::State& st) {
   if (!use_gpu(st)) return;
   const int64_t m = st.range(0), n = st.range(1), k = st.range(2), batch = st.range(3);
-  const bool heads = (st.range(4) & 4) != 0;
-  if (heads && batch % 4 != 0) return st.SkipWithError("heads need a batch that 4 divides");
-  // A [rows, cols] operand (batched when batch > 1), or the transposed view of a [cols, rows] one.
-  auto operand = [batch, heads](int64_t rows, int64_t cols, uint64_t seed, bool transposed) {
+  const bool any_heads = (st.range(4) & 12) != 0;
+  if (any_heads && batch % 4 != 0) return st.SkipWithError("heads need a batch that 4 divides");
+  // A [rows, cols] operand (batched when batch > 1; as [B, 4] with heads), or the transposed view of
+  // a [cols, rows] one.
+  auto operand = [batch, any_heads](int64_t rows, int64_t cols, uint64_t seed, bool transposed, bool heads) {
     if (transposed) std::swap(rows, cols);
-    Array v = heads
-                  ? kiln::swapaxes(device_random({batch / 4, rows, 4, cols}, seed), 1, 2)
-                  : device_random(batch > 1 ? kiln::Shape{batch, rows, cols} : kiln::Shape{rows, cols}, seed);
+    kiln::Shape shape = any_heads   ? kiln::Shape{batch / 4, 4}
+                        : batch > 1 ? kiln::Shape{batch}
+                                    : kiln::Shape{};
+    shape.insert(shape.end(), {rows, cols});
+    const Array v = heads ? kiln::swapaxes(device_random({batch / 4, rows, 4, cols}, seed), 1, 2)
+                          : device_random(shape, seed);
     return transposed ? kiln::swapaxes(v, -1, -2) : v;
   };
-  const Array a = operand(m, k, 11, (st.range(4) & 1) != 0), b = operand(k, n, 12, (st.range(4) & 2) != 0);
+  const Array a = operand(m, k, 11, (st.range(4) & 1) != 0, (st.range(4) & 8) != 0),
+              b = operand(k, n, 12, (st.range(4) & 2) != 0, (st.range(4) & 4) != 0);
   for (int i = 0; i < 2; ++i) kiln::matmul(a, b).eval();
   start_gpu_time();
   for (auto _ : st) kiln::matmul(a, b).eval();
@@ -472,15 +477,15 @@ void BM_gpu_gpt_adamw_step(benchmark::State& st) {
   // The MLP's (784-512-512-10, batch 128): few output tiles, K 512 or 784.
   sweep_splits({"64", "64w", "32"}, {1, 2, 4, 8}, {{128, 512, 784, 1, 0}, {128, 512, 512, 1, 0}});
   sweep_splits({"128x64", "64", "64w", "32"}, {1, 2, 4, 8, 16}, {shapes[4], shapes[5]});
-  // The GPT's narrow products (4096 x 256: 256 tiles, two per compute unit) at K 256 and 1024,
-  // and the same as 32 batches of 128 rows (a linear layer on (B, T, C) with a broadcast weight).
-  // The weight gradients (K 4096).
+  // The GPT's weight gradients (K 4096).
   sweep_splits({"64w"}, {4, 6, 7, 8, 9, 10, 12, 16},
                {{1024, 256, 4096, 1, 1},
                 {256, 1024, 4096, 1, 1},
                 {768, 256, 4096, 1, 1},
                 {256, 256, 4096, 1, 1},
                 {65, 256, 4096, 1, 1}});
+  // The GPT's narrow products (4096 x 256: 256 tiles, two per compute unit) at K 256 and 1024,
+  // and the same as 32 batches of 128 rows (a linear layer on (B, T, C) with a broadcast weight).
   sweep_splits({"64w", "64"}, {2, 3, 4, 6, 8},
                {shapes[1], shapes[3], {128, 256, 256, 32, 0}, {128, 256, 1024, 32, 0}, shapes[0], shapes[2]});
   return true;
@@ -495,7 +500,7 @@ BENCHMARK(BM_gpu_matmul_f16)->Unit(benchmark::kMillisecond)->UseRealTime();
 // (bench/gpu_gemm_vs_pytorch.py): forward x @ W^T (W (out, in), as nn::Linear's), the input gradient
 // g @ W, the weight gradient g^T @ x (K = 4096, g transposed), the head's (65 outputs) and attention's
 // per-head products (128 of [128, 64] heads, read in place from [B, T, H, D] rows: scores q @ k^T and
-// their gradient, then p @ v and the three [128, 64] gradients).
+// their gradient g @ v^T, both operands heads; then p @ v, ds @ k, p^T @ g and ds^T @ q, b a head).
 BENCHMARK(BM_gpu_matmul_shape)
     ->Args({4096, 768, 256, 1, 2, 4})
     ->Args({4096, 256, 256, 1, 2, 4})
@@ -512,7 +517,7 @@ BENCHMARK(BM_gpu_matmul_shape)
     ->Args({1024, 256, 4096, 1, 1, 4})
     ->Args({256, 1024, 4096, 1, 1, 4})
     ->Args({65, 256, 4096, 1, 1, 1})
-    ->Args({128, 128, 64, 128, 6, 8})
+    ->Args({128, 128, 64, 128, 14, 8})
     ->Args({128, 64, 128, 128, 4, 8})
     ->Args({128, 64, 128, 128, 5, 8})
     // The same on contiguous heads (not the step's: count 0).

@@ -188,7 +188,7 @@ TEST_F(GpuAttention, Float64WithoutDeviceSupportThrowsNotImplemented) {
 
 // Without KILN_VULKAN_FUSED_ATTENTION (the GPU's default) the op is the unfused graph: the scores'
 // GEMM, one fused softmax node and the GEMM with v, differentiated through the softmax's fused
-// vjp. It matches the CPU's fused op, NaN rows (a bool mask's all-true rows) included.
+// vjp. It matches the CPU's fused op, NaN rows (queries that see no key) included.
 using GpuAttentionDefault = detail::vk::testing::VulkanTest;
 
 TEST_F(GpuAttentionDefault, IsOneSoftmaxBetweenTwoGemmsAndMatchesTheCpu) {
@@ -198,6 +198,7 @@ TEST_F(GpuAttentionDefault, IsOneSoftmaxBetweenTwoGemmsAndMatchesTheCpu) {
   const Array v = test::random_array({2, 3, 11, 8}, float32, 32);
   const Array out = scaled_dot_product_attention(q, k, v, 0.3, true, Array(), Device::gpu);
   ASSERT_FALSE(out.inputs().empty());
+  ASSERT_NE(out.inputs()[0].primitive(), nullptr) << "the weights should be one softmax node";
   EXPECT_STREQ(out.inputs()[0].primitive()->name(), "Softmax") << "the weights should be one node";
   test::expect_close(out, scaled_dot_product_attention(q, k, v, 0.3, true, Array(), Device::cpu), 2e-5, 2e-5);
   const Array fmask = test::random_array({3, 1, 11}, float32, 33, -2, 2);
@@ -208,9 +209,17 @@ TEST_F(GpuAttentionDefault, IsOneSoftmaxBetweenTwoGemmsAndMatchesTheCpu) {
       test::expect_close(scaled_dot_product_attention(q, k, v, 0.3, causal, m, Device::gpu),
                          scaled_dot_product_attention(q, k, v, 0.3, causal, m, Device::cpu), 2e-5, 2e-5);
     }
+  // Causal with more queries than keys: the first 7 of 12 queries see no key (NaN rows).
+  const Array q12 = test::random_array({2, 3, 12, 16}, float32, 40);
+  const Array k5 = test::random_array({2, 3, 5, 16}, float32, 41),
+              v5 = test::random_array({2, 3, 5, 8}, float32, 42);
+  const Array gpu = scaled_dot_product_attention(q12, k5, v5, 0.3, true, Array(), Device::gpu);
+  EXPECT_TRUE(std::isnan(slice(gpu, {Slice{0, 1}, Slice{0, 1}, Slice{0, 1}, Slice{0, 1}}).item<float>()));
+  test::expect_close(gpu, scaled_dot_product_attention(q12, k5, v5, 0.3, true, Array(), Device::cpu), 2e-5,
+                     2e-5);
 }
 
-TEST_F(GpuAttentionDefault, GradientsMatchTheCpuForEveryDtype) {
+TEST_F(GpuAttentionDefault, GradientsMatchTheCpuInFloat32AndFloat16) {
   unsetenv("KILN_VULKAN_FUSED_ATTENTION");
   for (Dtype t : {float32, float16}) {
     if (t == float16 && !ctx().caps().storage16) continue;
