@@ -19,7 +19,10 @@ import os
 import statistics
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer import median_ms  # noqa: E402
+
 
 # Layout bits: 1 a transposed, 2 b transposed, 4 b a head view, 8 a a head view (gpu_bench.cpp).
 def form(layout):
@@ -30,7 +33,7 @@ def form(layout):
 
 def kiln_shapes(exe):
     """{(m, n, k, batch, layout, count): GPU us per product} from gpu_bench."""
-    env = dict(os.environ, KILN_VULKAN_PROFILE="1", KILN_BENCH_DEVICE="gpu")
+    env = dict(os.environ, KILN_VULKAN_PROFILE="1")
     res = subprocess.run([exe, "--benchmark_filter=^BM_gpu_matmul_shape/", "--benchmark_format=json",
                           "--benchmark_repetitions=3", "--benchmark_report_aggregates_only=true"],
                          env=env, check=True, capture_output=True, text=True)
@@ -60,27 +63,22 @@ def torch_us(torch, m, n, k, batch, layout, cuda, repeats=20):
     a, b = operand(m, k, layout & 1, layout & 8), operand(k, n, layout & 2, layout & 4)
     for _ in range(3):
         a @ b
+    if not cuda:
+        return median_ms(lambda: [a @ b for _ in range(repeats)], 5, warmup=0) * 1e3 / repeats
     samples = []
     for _ in range(5):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(repeats):
-                a @ b
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e3 / repeats)
-        else:
-            t = time.perf_counter()
-            for _ in range(repeats):
-                a @ b
-            samples.append((time.perf_counter() - t) * 1e6 / repeats)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            a @ b
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / repeats)
     return statistics.median(samples)
 
 
 def torch_step_profile(torch, steps=5):
     """PyTorch's GPT step (bench/gpt_vs_pytorch.py's model, AdamW) under torch.profiler."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gpt_vs_pytorch import BATCH, CONTEXT, VOCAB, torch_gpt
     from torch.profiler import ProfilerActivity, profile
 

@@ -317,7 +317,7 @@ Array scaled_dot_product_attention(const Array& q, const Array& k, const Array& 
   if (lk == 0 || d == 0 || dv == 0) return forward_composite(scale, causal, in, s)[0];
   if (s.device == Device::gpu && (std::max(d, dv) > kGpuMaxHeadDim || !fused_on_gpu())) {
     // The weights as one fused softmax row kernel (its gradient one kernel too) rather than
-    // logsumexp's parts: the GPT step's attention went from seven dependent dispatches forward to one.
+    // logsumexp's parts: six dependent dispatches forward (max, a fix-up, exp, sum, log, exp) became one.
     const Array weights =
         softmax(scores_composite(scale, causal, in[0], in[1], in.size() > 3 ? &in[3] : nullptr, s), -1, s);
     return astype(matmul(weights, astype(in[2], c, s), s), t, s);
