@@ -9,8 +9,9 @@
 # (bench/gpu_vs_pytorch.py) with the synchronous vs asynchronous training loops
 # (bench/core/async_loop_bench.cpp), and training on the GPU through the examples.
 #   bench/gpu_vs_pytorch.sh prepare             # here
-#   bench/gpu_vs_pytorch.sh device [parts...]   # there; parts: tests table gemm train (default:
-#                                               # tests table train; gemm: the GPT's GEMMs by shape)
+#   bench/gpu_vs_pytorch.sh device [parts...]   # there; parts: tests table gemm barrier train (default:
+#                                               # tests table train; gemm: the GPT's GEMMs by shape;
+#                                               # barrier: what a dependent dispatch costs)
 # e.g. run(command='bash bench/gpu_vs_pytorch.sh device tests',
 #          carry=['.gpu_carry/gl', '.gpu_carry/base-lib.tar.xz', '.gpu_carry/bin-tests.tar.xz']), then
 #      run(command='rm -rf /tmp/kiln; bash bench/gpu_vs_pytorch.sh device train', carry=['.gpu_carry/gl',
@@ -30,7 +31,7 @@ tests=(vulkan_runtime_test vulkan_kernels_test elementwise_kernel_test glsl_comp
 case "${1:-}" in
   prepare)
     cmake --preset release -DKILN_BENCH=ON >/dev/null
-    cmake --build "$build" -j "$(nproc)" --target gpu_bench async_loop_bench train_fashion_mnist train_char_gpt \
+    cmake --build "$build" -j "$(nproc)" --target gpu_bench barrier_bench async_loop_bench train_fashion_mnist train_char_gpt \
       "${tests[@]}"
     # Two archives: the binaries (packed again each time) and the libraries and data (kept when
     # present; `rm -rf .gpu_carry` to rebuild them). One big dictionary stores the binaries' common
@@ -39,7 +40,7 @@ case "${1:-}" in
     mkdir -p "$carry/gl" "$stage/tests/bin" "$stage/train/bin" "$stage/bench/bin" "$stage/lib" "$stage/data"
     for t in "${tests[@]}"; do strip -o "$stage/tests/bin/$t" "$build/tests/vulkan/$t"; done
     for e in train_fashion_mnist train_char_gpt; do strip -o "$stage/train/bin/$e" "$build/examples/$e"; done
-    for b in gpu_bench async_loop_bench; do strip -o "$stage/bench/bin/$b" "$build/bench/$b"; done
+    for b in gpu_bench barrier_bench async_loop_bench; do strip -o "$stage/bench/bin/$b" "$build/bench/$b"; done
     rm -f "$carry/bin.tar.xz" "$carry/base.tar.xz"
     for part in tests train bench; do
       tar cf - -C "$stage/$part" bin | xz -T2 --lzma2=preset=6,dict=256MiB >"$carry/bin-$part.tar.xz"
@@ -116,6 +117,15 @@ case "${1:-}" in
           python3 bench/gpu_gemm_vs_pytorch.py --kiln "$k/bin/gpu_bench" --step | tee "$out/gemm.txt" ||
             echo "gemm failed"
           ;;
+        barrier)
+          # What a dependent dispatch costs by how the dependency is expressed (bench/gpu/barrier_bench.cpp),
+          # beside kiln's own chain, replayed and through the recorder.
+          timeout 300 "$k/bin/barrier_bench" --benchmark_min_time=0.3 | tee "$out/barrier.txt" ||
+            echo "barrier_bench failed"
+          timeout 200 "$k/bin/gpu_bench" --benchmark_filter='chain_1000_replayed|recorder_chain_1000' \
+            --benchmark_repetitions=3 --benchmark_report_aggregates_only=true | tee -a "$out/barrier.txt" ||
+            echo "gpu_bench chains failed"
+          ;;
         train)
           export KILN_DEVICE=gpu
           (cd /tmp && time "$k/bin/train_fashion_mnist" --model mlp --epochs 2 --data "$k/data" --out /tmp/fm) || true
@@ -136,7 +146,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: $0 prepare | device [tests|table|gemm|train ...]" >&2
+    echo "usage: $0 prepare | device [tests|table|gemm|barrier|train ...]" >&2
     exit 2
     ;;
 esac

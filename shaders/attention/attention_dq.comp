@@ -11,6 +11,7 @@
 #ifdef KILN_16BIT
 #extension GL_EXT_shader_16bit_storage : require
 #endif
+#include "../common/grid.glsl"
 #include "attention_common.glsl"
 
 layout(std430, set = 0, binding = 0) readonly buffer Q { IN_T q[]; };
@@ -39,7 +40,7 @@ shared ACC_T sv[KILN_BC * KILN_MAX_D];
 shared ACC_T ss[KILN_BR * KILN_BC];
 
 void main() {
-  const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  const uint group = kiln_group_id();
   if (group >= p.groups) return;
   const uint d = p.dims & 0xFFFFu, dv = p.dims >> 16;
   const uint blocks = (p.lq + KILN_BR - 1u) / KILN_BR;

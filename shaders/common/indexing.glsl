@@ -3,6 +3,8 @@
 #ifndef KILN_INDEXING_GLSL
 #define KILN_INDEXING_GLSL
 
+#include "grid.glsl"
+
 // The workgroup size is specialization constant 0. Shaders read it as kWorkgroupSize, never as
 // gl_WorkGroupSize: Mesa 22.3's lavapipe evaluates gl_WorkGroupSize.x in expressions with the
 // default 1 even when local_size_x_id is specialised (the dispatch itself has the right size).
@@ -13,7 +15,7 @@ layout(constant_id = 0) const uint kWorkgroupSize = 64;
 #define KILN_MAX_RANK 8
 
 uint kiln_global_id() {
-  return (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * kWorkgroupSize + gl_LocalInvocationID.x;
+  return kiln_group_id() * kWorkgroupSize + gl_LocalInvocationID.x;
 }
 
 // Element offset of row-major linear index i in a view of `rank` dims with the given strides.

@@ -21,7 +21,7 @@ shared ACC_T partial[kWorkgroupSize];
 void main() {
   const uint cg = p.c / p.groups, og = p.o / p.groups;
   const uint taps = p.kh * p.kw;
-  const uint e = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  const uint e = kiln_group_id();
   if (e >= p.o * cg * taps) return;  // uniform per workgroup: no barrier is skipped by part of it
   const uint kj = e % p.kw, ki = e / p.kw % p.kh, c = e / taps % cg, oc = e / (taps * cg);
   const uint g = oc / og;

@@ -27,6 +27,7 @@
 // kiln-variant: conv_gemm_h16_16x256 -DBM=16 -DBN=256 -DTM=4 -DTN=4 -DKILN_16BIT
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#include "../common/grid.glsl"
 #include "conv_common.glsl"
 
 layout(local_size_x = 256) in;
@@ -131,7 +132,7 @@ void main() {
     K = p.n * p.oh * p.ow;
   }
   const uint n_tiles = (N + BN - 1) / BN, m_tiles = (M + BM - 1) / BM;
-  const uint tile = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  const uint tile = kiln_group_id();
   if (tile >= n_tiles * m_tiles) return;  // the excess of a 2-D grid: uniform per workgroup
   const uint bm = tile / n_tiles * BM, bn = tile % n_tiles * BN;
   const uint g = gl_WorkGroupID.z % p.groups, split = gl_WorkGroupID.z / p.groups;

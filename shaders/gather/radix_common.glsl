@@ -4,9 +4,11 @@
 #ifndef KILN_RADIX_COMMON_GLSL
 #define KILN_RADIX_COMMON_GLSL
 
+#include "../common/grid.glsl"
+
 #define KILN_RADIX_BINS 256
 // The largest workgroup the kernels' shared arrays hold (kWorkgroup in views.h).
 #define KILN_RADIX_MAX_WORKGROUP 256
 
-uint kiln_radix_tile() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; }
+uint kiln_radix_tile() { return kiln_group_id(); }
 #endif

@@ -67,7 +67,7 @@ RowSlot kiln_row_slot(uint tpr) {
   s.tid = gl_LocalInvocationID.x;
   s.tpr = tpr;
   s.lane = s.tid & (tpr - 1u);
-  const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  const uint group = kiln_group_id();
   s.row = group * (kWorkgroupSize / tpr) + s.tid / tpr;
   return s;
 }

@@ -124,7 +124,7 @@ void main() {
   const uint tid = gl_LocalInvocationID.x;
 #endif
   const uint lane = tid & (tpr - 1u);
-  const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  const uint group = kiln_group_id();
   const uint row = group * (kWorkgroupSize / tpr) + tid / tpr;
   const bool in_range = row < p.rows;
   VAL_T value = VAL_T(0);

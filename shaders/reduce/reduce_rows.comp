@@ -210,7 +210,7 @@ void reduce_columns(uint group, uint tid) {
 }
 
 void main() {
-  const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  const uint group = kiln_group_id();
   if (kColumns) {
     reduce_columns(group, gl_LocalInvocationID.x);
     return;

@@ -3,6 +3,7 @@
 // invocation sums a strided slice, then a shared-memory tree adds the partials. The workgroup size
 // (a power of two, chosen by the host) is a specialization constant; no subgroup size is assumed.
 #extension GL_GOOGLE_include_directive : require
+#include "../common/grid.glsl"
 
 // Specialization constant 0 is the workgroup size (see common/indexing.glsl for why it has a name).
 layout(local_size_x_id = 0) in;
@@ -22,7 +23,7 @@ layout(push_constant) uniform Push {
 shared float partial[kWorkgroupSize];
 
 void main() {
-  const uint row = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  const uint row = kiln_group_id();
   if (row >= p.rows) return;  // uniform per workgroup: no barrier is skipped by part of a group
   const uint tid = gl_LocalInvocationID.x;
   const uint base = p.in_offset + row * p.row_stride;

@@ -25,6 +25,7 @@
 #ifdef KILN_INT64
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 #endif
+#include "../common/grid.glsl"
 #include "scan_common.glsl"
 
 // Elements each invocation scans per tile (kScanItems in scan_kernels.cpp).
@@ -55,7 +56,7 @@ void main() {
   const uint tpr = p.tpr;
   const uint lane = tid & (tpr - 1u);
   const uint first = tid - lane;  // the segment's first invocation
-  const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  const uint group = kiln_group_id();
   const uint logical = group * (kWorkgroupSize / tpr) + tid / tpr;
   // Every invocation runs the loop and reaches every barrier; `len` is 0 past the last row.
   uint row = 0u, c0 = 0u, len = 0u;

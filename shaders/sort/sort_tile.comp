@@ -157,7 +157,7 @@ void stage(uint base, uint k, uint j) {
 }
 
 void main() {
-  const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  const uint group = kiln_group_id();
   const uint base = group * p.tile;  // the tile's first padded element
   // Groups past the last tile (a 2-D grid rounds up) have nothing to do.
   if (base >= (p.rows << p.log2_len)) return;

@@ -215,6 +215,36 @@ TEST_F(GlslCompilerOnDevice, CompiledShaderRuns) {
   for (int i = 0; i < n; ++i) ASSERT_FLOAT_EQ(y[i], x[i] * 3.0f + 0.25f) << i;
 }
 
+// Past the device's limit on x, Groups::linear splits a count of workgroups over x and y at a fixed
+// width, which kiln_group_id() (shaders/common/grid.glsl) undoes without reading gl_NumWorkGroups:
+// every group of a split grid finds its own index once, and the excess groups see indices past n.
+TEST_F(GlslCompilerOnDevice, SplitGridsNumberTheirGroupsInOrder) {
+  const uint64_t max_x = ctx().caps().max_workgroup_count[0];
+  if (max_x > (uint64_t{1} << 20))
+    GTEST_SKIP() << "the device's x limit " << max_x << " is too large to pass here";
+  const ShaderCode& code = compile_glsl("group_ids", R"(#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common/indexing.glsl"
+layout(std430, binding = 0) buffer Out { uint hits[]; };
+layout(push_constant) uniform Push { uint n; } p;
+void main() {
+  const uint g = kiln_group_id();
+  if (g < p.n && gl_LocalInvocationID.x == 0u) atomicAdd(hits[g], g + 1u);
+}
+)",
+                                        {});
+  const uint64_t n = 2 * max_x + 3;
+  const Groups groups = Groups::linear(n, ctx());
+  ASSERT_GT(groups.y, 1u);
+  EXPECT_EQ(groups.x, Groups::kGridWidth);
+  BufferPtr out = upload_vector(std::vector<uint32_t>(n, 0));
+  Recorder r(ctx());
+  r.dispatch(code, {32u}, {{out, Access::read_write}}, static_cast<uint32_t>(n), groups);
+  r.submit_and_wait();
+  const auto hits = read_vector<uint32_t>(out, n);
+  for (uint64_t g = 0; g < n; ++g) ASSERT_EQ(hits[g], g + 1) << "group " << g;
+}
+
 // A dispatch with no bindings: the kernel reaches its buffers through device addresses in its push
 // constants (the pipeline layout without a descriptor set), and the recorder still orders it
 // after the dispatch that wrote its input. A dispatch that reaches no buffer at all is refused.

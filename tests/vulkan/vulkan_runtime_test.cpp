@@ -503,7 +503,10 @@ TEST_F(VulkanTest, ProfilingTimesTheDispatchesOfACapturedProgram) {
   const std::string inside = row(std::string(kCapturedPrefix) + "copy_u32");
   ASSERT_FALSE(inside.empty()) << report;
   EXPECT_NE(inside.find(" 6 "), std::string::npos) << inside;
-  const std::string whole = row("captured program");
+  // The program's row names its size: two copies, the second reading what the first wrote.
+  EXPECT_EQ(program->commands(), 2u);
+  EXPECT_EQ(program->barriers(), 1u);
+  const std::string whole = row("captured program [2 commands, 1 barriers]");
   ASSERT_FALSE(whole.empty()) << report;
   EXPECT_NE(whole.find(" 3 "), std::string::npos) << whole;
   EXPECT_EQ(read_vector<float>(z, n), read_vector<float>(x, n));
@@ -713,10 +716,18 @@ TEST_F(VulkanTest, LinearGroupsSplitPastTheDeviceLimit) {
   const Groups small = Groups::linear(10, ctx());
   EXPECT_EQ(small.x, 10u);
   EXPECT_EQ(small.y, 1u);
-  const uint64_t n = uint64_t{max_x} * 3 + 7;
+  // Past max_x the grid is Groups::kGridWidth wide (what shaders/common/grid.glsl assumes), up to
+  // the device's limit on y. NVIDIA's x limit (2^31 - 1) is already about that many groups.
+  const uint32_t max_y = ctx().caps().max_workgroup_count[1];
+  const uint64_t most = std::max(uint64_t{max_x}, uint64_t{Groups::kGridWidth} * max_y);
+  const uint64_t n = std::min(uint64_t{max_x} * 3 + 7, most);
   const Groups big = Groups::linear(n, ctx());
   EXPECT_LE(big.x, max_x);
   EXPECT_GE(uint64_t{big.x} * big.y, n);
+  if (n > max_x) {
+    EXPECT_EQ(big.x, Groups::kGridWidth);
+  }
+  EXPECT_THROW(Groups::linear(most + 1, ctx()), ValueError);
 }
 
 }  // namespace

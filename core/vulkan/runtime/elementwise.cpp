@@ -35,6 +35,9 @@ struct Variant {
   // 32-bit output and linear inputs, their offsets multiples of 4 elements, no strided input:
   // each invocation loads and stores whole 16-byte vectors (generate_vec4).
   bool vec4 = false;
+  // At most one vector (or element) per invocation, a small dispatch: no loop over the grid, so
+  // no grid size to read (shaders/common/grid.glsl says what reading it costs).
+  bool single = false;
   // Buffers reached through device addresses in the push constants (before the index words)
   // instead of bindings.
   bool addressed = false;
@@ -263,9 +266,9 @@ std::string generate_vec4(const ElementwiseKernel& k, const Variant& v, uint32_t
       s += load_function(k.inputs[i], v.features, fmt::format("kiln_load{}", i), fmt::format("in{}", i));
   s += compute_function(k);
   const std::string kU = fmt::format("{}u", kVectorsPerInvocation);
-  s += "\nvoid main() {\n  const uint n = KILN_META(0), vectors = n >> 2u, out_at = KILN_META(1) >> 2u;\n"
-       "  const uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y * kWorkgroupSize;\n"
-       "  const uint first = kiln_global_id();\n";
+  s += "\nvoid main() {\n  const uint n = KILN_META(0), vectors = n >> 2u, out_at = KILN_META(1) >> 2u;\n";
+  if (!v.single) s += "  const uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y * kWorkgroupSize;\n";
+  s += "  const uint first = kiln_global_id();\n";
   // kiln_compute's arguments: `vector(i)` for a linear input, s<i> for a scalar one.
   auto args = [&](const std::string& j, auto vector) {
     std::string a = j;
@@ -279,25 +282,33 @@ std::string generate_vec4(const ElementwiseKernel& k, const Variant& v, uint32_t
       s += fmt::format("  const {1} s{0} = kiln_load{0}(KILN_META({2}));\n", i, glsl_value_type(k.inputs[i]),
                        2 + i);
   }
-  s += fmt::format("  for (uint g = first; g < vectors; g += {} * stride) {{\n", kU);
-  for (size_t i = 0; i < n_in; ++i)
-    if (vector_input[i]) s += fmt::format("    {} a{}[{}];\n", vector_type(k.inputs[i]), i, kU);
-  s += fmt::format(
-      "    for (uint u = 0u; u < {}; ++u) {{\n      const uint q = g + u * stride;\n"
-      "      if (q >= vectors) break;\n",
-      kU);
-  for (size_t i = 0; i < n_in; ++i)
-    if (vector_input[i]) s += fmt::format("      a{0}[u] = in{0}[at{0} + q];\n", i);
-  s += fmt::format(
-      "    }}\n    for (uint u = 0u; u < {}; ++u) {{\n      const uint q = g + u * stride;\n"
-      "      if (q >= vectors) break;\n",
-      kU);
-  s += fmt::format("      {} r;\n", vector_type(k.out));
-  for (uint32_t c = 0; c < 4; ++c)
-    s += fmt::format("      r.{} = kiln_compute({});\n", "xyzw"[c],
-                     args(fmt::format("q * 4u + {}u", c),
-                          [&](size_t i) { return fmt::format("a{}[u].{}", i, "xyzw"[c]); }));
-  s += "      out0[out_at + q] = r;\n    }\n  }\n";
+  // Unrolled into named values rather than arrays indexed by a loop counter (an array indexed at
+  // run time may live in local memory). q0 is always in range; the others are checked.
+  const uint32_t unroll = v.single ? 1 : kVectorsPerInvocation;
+  if (v.single) {
+    s += "  if (first < vectors) {\n    const uint q0 = first;\n";
+  } else {
+    s += fmt::format("  for (uint g = first; g < vectors; g += {} * stride) {{\n", kU);
+    for (uint32_t u = 0; u < unroll; ++u) s += fmt::format("    const uint q{0} = g + {0}u * stride;\n", u);
+  }
+  for (uint32_t u = 0; u < unroll; ++u)
+    for (size_t i = 0; i < n_in; ++i)
+      if (vector_input[i]) {
+        const std::string type = vector_type(k.inputs[i]);
+        s += u == 0 ? fmt::format("    const {0} a{1}_0 = in{1}[at{1} + q0];\n", type, i)
+                    : fmt::format("    const {0} a{1}_{2} = q{2} < vectors ? in{1}[at{1} + q{2}] : {0}(0);\n",
+                                  type, i, u);
+      }
+  for (uint32_t u = 0; u < unroll; ++u) {
+    s += u == 0 ? "    {\n" : fmt::format("    if (q{} < vectors) {{\n", u);
+    s += fmt::format("      {} r;\n", vector_type(k.out));
+    for (uint32_t c = 0; c < 4; ++c)
+      s += fmt::format("      r.{} = kiln_compute({});\n", "xyzw"[c],
+                       args(fmt::format("q{} * 4u + {}u", u, c),
+                            [&](size_t i) { return fmt::format("a{}_{}.{}", i, u, "xyzw"[c]); }));
+    s += fmt::format("      out0[out_at + q{}] = r;\n    }}\n", u);
+  }
+  s += "  }\n";
   s += fmt::format(
       "  if (first < (n & 3u)) out0[out_at + vectors][first] = kiln_compute({});\n}}\n",
       args("vectors * 4u + first", [](size_t i) { return fmt::format("in{0}[at{0} + vectors][first]", i); }));
@@ -373,9 +384,12 @@ std::string generate(const ElementwiseKernel& k, const Variant& v, uint32_t meta
         "  out0[w] = word;\n  return true;\n}}\n",
         per, stored_bits(k.out, "kiln_element(uint(j))"), bits);
   }
-  s += "\nvoid main() {\n"
-       "  const uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y * kWorkgroupSize;\n"
-       "  for (uint g = kiln_global_id(); kiln_invocation(g); g += stride) {}\n}\n";
+  if (v.single)
+    s += "\nvoid main() { kiln_invocation(kiln_global_id()); }\n";
+  else
+    s += "\nvoid main() {\n"
+         "  const uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y * kWorkgroupSize;\n"
+         "  for (uint g = kiln_global_id(); kiln_invocation(g); g += stride) {}\n}\n";
   return s;
 }
 
@@ -400,7 +414,7 @@ uint64_t kernel_hash(const ElementwiseKernel& k, const Variant& v, uint32_t meta
   const ElementwiseFeatures& f = v.features;
   h = mix(h, uint64_t{f.storage8} | uint64_t{f.storage16} << 1 | uint64_t{f.int64} << 2 |
                  uint64_t{f.float64} << 3 | uint64_t{v.meta_in_buffer} << 4 | uint64_t{v.vec4} << 5 |
-                 uint64_t{f.addresses} << 6 | uint64_t{v.addressed} << 7);
+                 uint64_t{f.addresses} << 6 | uint64_t{v.addressed} << 7 | uint64_t{v.single} << 8);
   h = mix(h, text_hash(k.expr));
   h = mix(h, text_hash(k.helpers));
   for (const ElementwiseStep& st : k.steps)
@@ -632,6 +646,13 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
   }
   v.meta_in_buffer = meta.size() > kPushWords;
   v.vec4 = vector_eligible(k, v, inputs, out);
+  // The elements (vector variant: 16-byte vectors; packed outputs: 32-bit words) the invocations
+  // cover; from kLoopFrom of them each invocation handles several in a loop over the grid.
+  const uint32_t per = per_invocation(k.out, f);
+  const uint64_t first_word = static_cast<uint64_t>(out.offset) / per;
+  const uint64_t invocations = v.vec4 ? static_cast<uint64_t>(n) / 4
+                                      : static_cast<uint64_t>(out.offset + n - 1) / per - first_word + 1;
+  v.single = invocations < (v.vec4 ? kLoopFrom / 4 : kLoopFrom);
   // Addresses when they and the index words fit the push constants and every buffer has one.
   v.addressed = f.addresses && 2 * (n_in + 1) + meta.size() <= kPushWords && out.buffer->address() != 0 &&
                 std::ranges::all_of(inputs, [](const GpuView& in) { return in.buffer->address() != 0; });
@@ -646,7 +667,6 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
 
   std::array<Binding, Context::kMaxBindings> binds;
   for (size_t i = 0; i < n_in; ++i) binds[i] = {inputs[i].buffer, Access::read};
-  const uint32_t per = per_invocation(k.out, f);
   binds[n_in] = {out.buffer, per > 1 ? Access::read_write : Access::write};
   std::span<const std::byte> push = std::as_bytes(std::span<const uint32_t>(meta));
   std::span<const Binding> bound(binds.data(), bindings), addressed;
@@ -678,18 +698,9 @@ void record_elementwise(Recorder& r, const ElementwiseKernel& k, std::span<const
   }
   const uint32_t wg = workgroup_size(ctx);
   const uint32_t spec[] = {wg};
-  if (v.vec4) {
-    const uint64_t vectors = static_cast<uint64_t>(n) / 4;
-    const uint64_t per_group = wg * (vectors >= kLoopFrom / 4 ? kVectorsPerInvocation : 1);
-    r.dispatch(shader, spec, bound, push,
-               Groups::linear(std::max<uint64_t>((vectors + per_group - 1) / per_group, 1), ctx), addressed);
-    return;
-  }
-  const uint64_t first_word = static_cast<uint64_t>(out.offset) / per;
-  const uint64_t last_word = static_cast<uint64_t>(out.offset + n - 1) / per;
-  const uint64_t invocations = last_word - first_word + 1;
-  const uint64_t per_group = wg * (invocations >= kLoopFrom ? kElementsPerInvocation : 1);
-  r.dispatch(shader, spec, bound, push, Groups::linear((invocations + per_group - 1) / per_group, ctx),
+  const uint64_t per_group = wg * (v.single ? 1 : v.vec4 ? kVectorsPerInvocation : kElementsPerInvocation);
+  r.dispatch(shader, spec, bound, push,
+             Groups::linear(std::max<uint64_t>((invocations + per_group - 1) / per_group, 1), ctx),
              addressed);
 }
 

@@ -84,11 +84,13 @@ std::string format_report(Profile& p) {
       "kiln GPU time by shader (KILN_VULKAN_PROFILE): {:.3f} ms in all (\"{}\" rows: inside \"captured "
       "program\")\n",
       total * 1e3, kCapturedPrefix);
-  s += fmt::format("{:<32} {:>10} {:>12} {:>10} {:>7}\n", "shader", "dispatches", "total ms", "mean us",
-                   "share");
+  size_t width = 32;  // the longest name (a captured program's row names its size)
+  for (const auto& row : rows) width = std::max(width, row.first.size());
+  s += fmt::format("{:<{}} {:>10} {:>12} {:>10} {:>7}\n", "shader", width, "dispatches", "total ms",
+                   "mean us", "share");
   for (const auto& [name, e] : rows)
-    s += fmt::format("{:<32} {:>10} {:>12.3f} {:>10.2f} {:>6.1f}%\n", name, e.dispatches, e.seconds * 1e3,
-                     e.seconds / static_cast<double>(e.dispatches) * 1e6,
+    s += fmt::format("{:<{}} {:>10} {:>12.3f} {:>10.2f} {:>6.1f}%\n", name, width, e.dispatches,
+                     e.seconds * 1e3, e.seconds / static_cast<double>(e.dispatches) * 1e6,
                      total > 0 ? 100 * e.seconds / total : 0.0);
   return s;
 }

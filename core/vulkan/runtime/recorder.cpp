@@ -35,11 +35,11 @@ VkAccessFlags accesses_of(VkPipelineStageFlags stages) {
 Groups Groups::linear(uint64_t n, const Context& ctx) {
   const uint64_t max_x = ctx.caps().max_workgroup_count[0];
   if (n <= max_x) return {static_cast<uint32_t>(std::max<uint64_t>(n, 1)), 1, 1};
-  const uint64_t y = (n + max_x - 1) / max_x;
+  const uint64_t y = (n + kGridWidth - 1) / kGridWidth;
   if (y > ctx.caps().max_workgroup_count[1])
     throw ValueError::of("vulkan", "too many workgroups for one dispatch", "{}", n);
   // x * y >= n; the shaders skip the excess groups.
-  return {static_cast<uint32_t>((n + y - 1) / y), static_cast<uint32_t>(y), 1};
+  return {kGridWidth, static_cast<uint32_t>(y), 1};
 }
 
 CapturedCommands::CapturedCommands(Context& ctx, std::unique_ptr<Frame> frame, std::vector<BufferPtr> buffers,
@@ -401,7 +401,10 @@ void Recorder::execute(const std::shared_ptr<const CapturedCommands>& commands) 
   if (timed) {
     ctx_.api().vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamp_pool(),
                                    query + 1);
-    timed_shaders_.push_back("captured program");
+    // Its size in the row's name: replays of different programs are told apart, and a profile
+    // shows how many dependent steps (barriers) a compiled step's GPU time spreads over.
+    timed_shaders_.push_back(fmt::format("captured program [{} commands, {} barriers]", commands->commands(),
+                                         commands->barriers()));
     if (commands->timestamps_) timed_programs_.push_back(commands);
   }
   // What the program touched is unknown to the hazard table: the next command waits for all of it.

@@ -57,6 +57,11 @@ namespace kiln::detail::vk {
   X(vkCmdPushConstants)             \
   X(vkCmdDispatch)                  \
   X(vkCmdPipelineBarrier)           \
+  X(vkCreateEvent)                  \
+  X(vkDestroyEvent)                 \
+  X(vkResetEvent)                   \
+  X(vkCmdSetEvent)                  \
+  X(vkCmdWaitEvents)                \
   X(vkCmdCopyBuffer)                \
   X(vkCmdExecuteCommands)           \
   X(vkCreateQueryPool)              \
