@@ -48,7 +48,8 @@ bool use_gpu(benchmark::State& st) {
 }
 
 // With KILN_VULKAN_PROFILE=1, a "gpu_us" counter: the GPU time of the timed loop's dispatches per
-// iteration (timestamps around each dispatch, kiln/core/vulkan/runtime/profile.h), without the
+// iteration (timestamps around each dispatch, or around a replayed program captured untimed, as
+// chain_1000_replayed's is: kiln/core/vulkan/runtime/profile.h), without the
 // submit and wait that the wall time includes: the figure to set beside a peer's CUDA-event time.
 void start_gpu_time() {
   if (kiln::detail::vk::profiling()) kiln::detail::vk::profile_clear();

@@ -253,9 +253,10 @@ std::string compute_function(const ElementwiseKernel& k) {
 constexpr uint32_t kVectorsPerInvocation = 4;
 
 // The vector variant: each invocation loads kVectorsPerInvocation vectors of every linear input
-// (16 bytes each, offsets one grid apart so that a subgroup's loads are contiguous), computes
-// their 4 elements, stores whole vectors; the n % 4 last elements go to the first invocations.
-// Scalar inputs are loaded once.
+// (16 bytes each, offsets one grid apart so that a subgroup's loads are contiguous) per pass of a
+// loop over the grid, or one vector and no loop in the `single` variant; computes their 4
+// elements, stores whole vectors; the n % 4 last elements go to the first invocations. Scalar
+// inputs are loaded once.
 std::string generate_vec4(const ElementwiseKernel& k, const Variant& v, uint32_t meta_words) {
   const size_t n_in = k.inputs.size();
   std::vector<bool> vector_input(n_in);
@@ -360,8 +361,9 @@ std::string generate(const ElementwiseKernel& k, const Variant& v, uint32_t meta
   for (size_t i = 0; i < n_in; ++i) args += fmt::format(", kiln_load{}(uint({}))", i, position[i]);
   s += fmt::format("  return kiln_compute({});\n}}\n\n", args);
 
-  // One invocation's work, then main() striding over the grid: a large dispatch has each
-  // invocation handle several elements (the host dispatches fewer groups), a small one one each.
+  // One invocation's work, then main(): in a large dispatch it strides over the grid, each
+  // invocation handling several elements (the host dispatches fewer groups); in a small one (the
+  // `single` variant) each invocation handles one, without a loop.
   s += "bool kiln_invocation(uint g) {\n  const uint n = KILN_META(0);\n  const uint base = KILN_META(1);\n";
   if (per == 1) {
     s += "  if (g >= n) return false;\n";

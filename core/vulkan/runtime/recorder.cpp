@@ -401,8 +401,8 @@ void Recorder::execute(const std::shared_ptr<const CapturedCommands>& commands) 
   if (timed) {
     ctx_.api().vkCmdWriteTimestamp(frame_->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamp_pool(),
                                    query + 1);
-    // Its size in the row's name: replays of different programs are told apart, and a profile
-    // shows how many dependent steps (barriers) a compiled step's GPU time spreads over.
+    // Its size in the row's name: a profile shows how many dependent steps (barriers) a compiled
+    // step's GPU time spreads over, and programs of different sizes get rows of their own.
     timed_shaders_.push_back(fmt::format("captured program [{} commands, {} barriers]", commands->commands(),
                                          commands->barriers()));
     if (commands->timestamps_) timed_programs_.push_back(commands);

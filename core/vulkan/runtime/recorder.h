@@ -41,10 +41,13 @@ struct Binding {
 struct Groups {
   uint32_t x = 1, y = 1, z = 1;
   /// `n` groups along one dimension, split over x and y when n exceeds the device's x limit: then
-  /// kGridWidth wide, which shaders/common/grid.glsl's kiln_group_id() assumes (shaders do not read
-  /// gl_NumWorkGroups: it costs NVIDIA's driver about 0.28 us a dispatch).
+  /// kGridWidth wide, which shaders/common/grid.glsl's kiln_group_id() assumes: kernels find their
+  /// group without reading gl_NumWorkGroups, which costs NVIDIA's driver about 0.28 us a dispatch.
+  /// At most kGridWidth * maxComputeWorkGroupCount[1] groups (about 2^31 on any device).
   static Groups linear(uint64_t n, const Context& ctx);
-  static constexpr uint32_t kGridWidth = 32768;  // at most the 65535 groups Vulkan guarantees on x
+  // A power of two within the 65535 groups Vulkan guarantees on x. grid.glsl repeats it; the test
+  // SplitGridsNumberTheirGroupsInOrder fails when the two differ.
+  static constexpr uint32_t kGridWidth = 32768;
 };
 
 /// Work recorded once into a secondary command buffer (Recorder::Mode::capture) and executed any
