@@ -12,7 +12,6 @@
 #ifdef KILN_16BIT
 #extension GL_EXT_shader_16bit_storage : require
 #endif
-#include "../common/grid.glsl"
 #include "attention_common.glsl"
 
 layout(std430, set = 0, binding = 0) readonly buffer Q { IN_T q[]; };

@@ -10,5 +10,4 @@
 // The largest workgroup the kernels' shared arrays hold (kWorkgroup in views.h).
 #define KILN_RADIX_MAX_WORKGROUP 256
 
-uint kiln_radix_tile() { return kiln_group_id(); }
 #endif

@@ -20,7 +20,7 @@ layout(push_constant) uniform Push {
 shared uint s_bins[KILN_RADIX_BINS];
 
 void main() {
-  const uint tile = kiln_radix_tile(), lid = gl_LocalInvocationID.x;
+  const uint tile = kiln_group_id(), lid = gl_LocalInvocationID.x;
   if (tile >= p.tiles) return;  // an excess group of a 2-D grid (the whole group leaves)
   for (uint b = lid; b < KILN_RADIX_BINS; b += kWorkgroupSize) s_bins[b] = 0u;
   barrier();

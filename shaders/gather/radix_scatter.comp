@@ -26,7 +26,7 @@ shared uint s_next[KILN_RADIX_BINS];  // where the tile's next key of each digit
 shared uint s_digits[KILN_RADIX_MAX_WORKGROUP];
 
 void main() {
-  const uint tile = kiln_radix_tile(), lid = gl_LocalInvocationID.x;
+  const uint tile = kiln_group_id(), lid = gl_LocalInvocationID.x;
   if (tile >= p.tiles) return;  // an excess group of a 2-D grid (the whole group leaves)
   for (uint b = lid; b < KILN_RADIX_BINS; b += kWorkgroupSize) s_next[b] = hist[b * p.tiles + tile];
   const uint begin = tile * kWorkgroupSize * p.items;

@@ -25,7 +25,6 @@
 #ifdef KILN_INT64
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 #endif
-#include "../common/grid.glsl"
 #include "scan_common.glsl"
 
 // Elements each invocation scans per tile (kScanItems in scan_kernels.cpp).
