@@ -9,7 +9,7 @@
 # (bench/gpu_vs_pytorch.py) with the synchronous vs asynchronous training loops
 # (bench/core/async_loop_bench.cpp), and training on the GPU through the examples.
 #   bench/gpu_vs_pytorch.sh prepare             # here
-#   bench/gpu_vs_pytorch.sh device [parts...]   # there; parts: tests table gemm barrier train (default:
+#   bench/gpu_vs_pytorch.sh device [parts...]   # there; parts: tests ops table gemm barrier train (default:
 #                                               # tests table train; gemm: the GPT's GEMMs by shape;
 #                                               # barrier: what a dependent dispatch costs)
 # e.g. run(command='bash bench/gpu_vs_pytorch.sh device tests',
@@ -27,22 +27,27 @@ tests=(vulkan_runtime_test vulkan_kernels_test elementwise_kernel_test glsl_comp
   gpu_scan_test gpu_sort_test gpu_gather_test gpu_conv_test gpu_pool_test gpu_float64_math_test
   gpu_matmul_half_test gpu_norm_test gpu_training_memory_test gpu_capture_test gpu_attention_test
   gpu_arange_test gpu_masked_grad_test gpu_transfer_counter_test gpu_async_test)
+# The op suites of tests/core run with the GPU as the default device (their gpu. pass in ctest), on
+# NVIDIA's driver: the `ops` part (archive bin-ops).
+ops=(unary_test binary_test ternary_test transforms_test linalg_decomp_test shape_more_test einsum_test
+  conv_transpose_test array_test dtype_test compile_test linalg_test conv_test)
 
 case "${1:-}" in
   prepare)
     cmake --preset release -DKILN_BENCH=ON >/dev/null
     cmake --build "$build" -j "$(nproc)" --target gpu_bench barrier_bench async_loop_bench train_fashion_mnist train_char_gpt \
-      "${tests[@]}"
+      "${tests[@]}" "${ops[@]}"
     # Two archives: the binaries (packed again each time) and the libraries and data (kept when
     # present; `rm -rf .gpu_carry` to rebuild them). One big dictionary stores the binaries' common
     # code once.
     stage=$(mktemp -d)
-    mkdir -p "$carry/gl" "$stage/tests/bin" "$stage/train/bin" "$stage/bench/bin" "$stage/lib" "$stage/data"
+    mkdir -p "$carry/gl" "$stage/tests/bin" "$stage/ops/bin" "$stage/train/bin" "$stage/bench/bin" "$stage/lib" "$stage/data"
     for t in "${tests[@]}"; do strip -o "$stage/tests/bin/$t" "$build/tests/vulkan/$t"; done
+    for t in "${ops[@]}"; do strip -o "$stage/ops/bin/$t" "$build/tests/$t"; done
     for e in train_fashion_mnist train_char_gpt; do strip -o "$stage/train/bin/$e" "$build/examples/$e"; done
     for b in gpu_bench barrier_bench async_loop_bench; do strip -o "$stage/bench/bin/$b" "$build/bench/$b"; done
     rm -f "$carry/bin.tar.xz" "$carry/base.tar.xz"
-    for part in tests train bench; do
+    for part in tests ops train bench; do
       tar cf - -C "$stage/$part" bin | xz -T2 --lzma2=preset=6,dict=256MiB >"$carry/bin-$part.tar.xz"
     done
     if [ ! -f "$carry/base-lib.tar.xz" ] || [ ! -f "$carry/base-data.tar.xz" ]; then
@@ -104,6 +109,19 @@ case "${1:-}" in
           done
           rm -f "$out/tests.log.tmp"
           echo "Vulkan tests on the GPU: ${#failed[@]} binaries failed: ${failed[*]:-none}"
+          ;;
+        ops)
+          failed=()
+          for t in "${ops[@]}"; do
+            if KILN_DEVICE=gpu timeout 240 "$k/bin/$t" --gtest_brief=1 >"$out/ops.log.tmp" 2>&1; then
+              echo "PASS gpu.$t"
+            else
+              echo "FAIL gpu.$t" && failed+=("$t") && tail -40 "$out/ops.log.tmp"
+            fi
+            cat "$out/ops.log.tmp" >>"$out/ops.log"
+          done
+          rm -f "$out/ops.log.tmp"
+          echo "Op suites with the GPU as default device: ${#failed[@]} binaries failed: ${failed[*]:-none}"
           ;;
         table)
           python3 bench/gpu_vs_pytorch.py --kiln "$k/bin/gpu_bench" | tee "$out/table.txt" || echo "table failed"

@@ -135,8 +135,17 @@ Buffer::Buffer(std::shared_ptr<vk::DeviceBuffer> device, size_t bytes)
   has_device_.store(true, std::memory_order_relaxed);
 }
 
+Buffer::Buffer(void* data, size_t bytes, std::function<void(void*)> deleter)
+    : bytes_(bytes), deleter_(std::move(deleter)) {
+  host_.store(data, std::memory_order_relaxed);
+}
+
 Buffer::~Buffer() {
-  if (void* p = host_.load(std::memory_order_relaxed)) allocator().release(p, host_size_);
+  void* p = host_.load(std::memory_order_relaxed);
+  if (deleter_)
+    deleter_(p);
+  else if (p)
+    allocator().release(p, host_size_);
 }
 
 void* Buffer::download() const {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -49,6 +50,9 @@ class Buffer {
   explicit Buffer(size_t bytes);
   /// Device memory holding `bytes` bytes; host memory is made on the first host read.
   Buffer(std::shared_ptr<vk::DeviceBuffer> device, size_t bytes);
+  /// The caller's host memory, `bytes` bytes at `data`, used in place (no copy); `deleter(data)`
+  /// runs when the last owner goes. Never donated: kiln does not write into it.
+  Buffer(void* data, size_t bytes, std::function<void(void*)> deleter);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -61,6 +65,8 @@ class Buffer {
   size_t bytes() const { return bytes_; }
   /// True when the bytes are in host memory (no download needed).
   bool on_host() const { return host_.load(std::memory_order_acquire) != nullptr; }
+  /// True for the caller's memory (the deleter's constructor).
+  bool external() const { return static_cast<bool>(deleter_); }
   /// The device copy, uploaded on the first call for a host buffer. Thread-safe. Throws
   /// DeviceError when there is no GPU.
   const std::shared_ptr<vk::DeviceBuffer>& device() const;
@@ -78,6 +84,7 @@ class Buffer {
   mutable std::mutex mirror_mutex_;                   // serializes making the second copy
   mutable std::shared_ptr<vk::DeviceBuffer> device_;  // written once under mirror_mutex_, then read-only
   mutable std::atomic<bool> has_device_{false};
+  std::function<void(void*)> deleter_;  // set for external memory
 };
 std::shared_ptr<Buffer> allocate(size_t bytes);
 }  // namespace detail

@@ -101,7 +101,8 @@ bool Array::donate_from(const Array& source) {
   const auto& src = *source.node_;
   // One reference to the node (the consumer's input list) and one to the buffer: nobody else can
   // see the values, so overwriting them in place is safe.
-  if (source.node_.use_count() != 1 || !src.buffer || src.buffer.use_count() != 1 || !src.buffer->on_host())
+  if (source.node_.use_count() != 1 || !src.buffer || src.buffer.use_count() != 1 || !src.buffer->on_host() ||
+      src.buffer->external())
     return false;
   if (src.tracer || !src.row_contiguous || src.dtype != node_->dtype || src.size != node_->size ||
       src.offset != 0)
@@ -214,6 +215,26 @@ std::vector<Array> Array::make_many(std::vector<Shape> shapes, std::vector<Dtype
 Array Array::empty_available(Shape shape, Dtype dtype) {
   Array a(std::make_shared<detail::ArrayNode>(std::move(shape), dtype));
   a.allocate();
+  a.node_->state.store(detail::NodeState::available, std::memory_order_release);
+  return a;
+}
+
+Array Array::from_buffer(void* data, Shape shape, Dtype dtype, std::function<void(void*)> deleter) {
+  for (int64_t d : shape)
+    if (d < 0) throw ShapeError::of("from_buffer", "negative dimension", "shape {}", shape_str(shape));
+  const int64_t n = shape_size(shape);
+  if (!data && n > 0) throw ValueError::of("from_buffer", "data is null", "shape {}", shape_str(shape));
+  if (reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(size_of(dtype)) != 0)
+    throw ValueError::of("from_buffer", "data is not aligned to its dtype", "{} at {}", dtype_name(dtype),
+                         data);
+  if (n == 0) {  // nothing to read: kiln's own (empty) block, and the memory goes back at once
+    if (deleter) deleter(data);
+    return empty_available(std::move(shape), dtype);
+  }
+  if (!deleter) deleter = [](void*) {};  // an empty function marks kiln's own memory
+  Array a(std::make_shared<detail::ArrayNode>(std::move(shape), dtype));
+  detail::set_buffer(
+      a, std::make_shared<detail::Buffer>(data, static_cast<size_t>(n * size_of(dtype)), std::move(deleter)));
   a.node_->state.store(detail::NodeState::available, std::memory_order_release);
   return a;
 }

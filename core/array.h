@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <ostream>
@@ -119,6 +120,42 @@ class Array {
                                       std::shared_ptr<const Primitive> primitive, std::vector<Array> inputs);
   /// An evaluated array of this shape and dtype with fresh, uninitialized row-major storage.
   static Array empty_available(Shape shape, Dtype dtype);
+  /// An evaluated array whose values are the caller's row-major memory at `data`, used in place
+  /// (no copy, as torch.from_blob or MLX's array from a pointer with a deleter). kiln owns the
+  /// memory from here on: `deleter(data)` runs, on whichever thread drops the last reference, when
+  /// no array or view needs it any more (a GPU copy may outlive it). kiln never writes into it. The
+  /// memory must stay valid and unchanged until then, and be aligned to the dtype's size. Throws
+  /// ValueError for a null `data` with a nonempty shape or a misaligned pointer, ShapeError for a
+  /// negative dimension; the deleter is not called when it throws. An empty shape calls the
+  /// deleter at once (nothing is read).
+  static Array from_buffer(void* data, Shape shape, Dtype dtype, std::function<void(void*)> deleter);
+
+  /// Iteration over the first axis, as NumPy's and MLX's: `for (const Array& row : x)` visits
+  /// x[0], x[1], ... (each a lazy view with one dimension less). Throws ValueError for a 0-d array.
+  class Iterator {
+   public:
+    using value_type = Array;
+    using difference_type = std::ptrdiff_t;
+    Iterator() = default;
+    Iterator(const Array* a, int64_t i) : a_(a), i_(i) {}
+    Array operator*() const;
+    Iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    Iterator operator++(int) {
+      Iterator t = *this;
+      ++i_;
+      return t;
+    }
+    bool operator==(const Iterator& o) const { return i_ == o.i_; }
+
+   private:
+    const Array* a_ = nullptr;
+    int64_t i_ = 0;
+  };
+  Iterator begin() const;
+  Iterator end() const;
 
   detail::ArrayNode& node() const { return *node_; }
   const std::shared_ptr<detail::ArrayNode>& node_ptr() const { return node_; }

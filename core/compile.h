@@ -80,10 +80,17 @@ class CompiledFunction {
 /// placeholders; the graph is simplified (common subexpressions, duplicate scalar constants) and
 /// chains of elementwise ops are fused into one primitive that makes a single pass over memory.
 /// Later calls with that signature replay the cached graph without running fn. With `shapeless`,
-/// one graph serves every shape of the same dtypes and ranks: a new shape is checked by tracing once
-/// more and comparing graphs, and a function whose graph depends on its input shapes throws
-/// ShapeError instead of giving wrong results. A function that reads its inputs' values while
-/// traced (item, data, eval) throws ValueError. Compiled functions work under grad, vjp, jvp and vmap.
+/// fn is traced once per dtypes and ranks and that graph serves every shape: a new shape is
+/// inferred through it step by step (each shape-polymorphic primitive's output_shapes, see
+/// core/shape_polymorphic.h), and a call whose new shapes reach a step that holds traced sizes (a
+/// reshape or broadcast to a fixed shape, fixed slice bounds, a random sample's shape) throws
+/// ShapeError naming that step, before anything is computed. Sizes fn reads on the host and bakes
+/// into a constant (a scale 1 / x.shape(0), zeros(x.shape())) are not seen: docs/transforms.md.
+/// A function that reads its inputs' values while traced (item, data, eval) throws ValueError.
+/// Each key fn draws from the default sequence (random::next_key(): dropout in training mode) is an
+/// implicit input: every call draws fresh keys, the ones fn would draw uncompiled, so a compiled
+/// and an uncompiled loop from one seed give the same numbers. Compiled functions work under grad,
+/// vjp, jvp and vmap.
 ///
 /// On the GPU, a graph whose steps all run there is also recorded once, on its second call with a
 /// signature, into a captured command buffer (a CUDA graph's analogue): later calls with the same

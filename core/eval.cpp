@@ -27,6 +27,7 @@
 #include "kiln/core/vulkan/gpu.h"
 #include "kiln/core/vulkan/gpu_async.h"
 #include "kiln/core/vulkan/gpu_capture.h"
+#include "kiln/core/vulkan/gpu_host.h"
 
 namespace kiln {
 namespace detail {
@@ -490,6 +491,25 @@ size_t gpu_work_in_flight() { return in_flight().size.load(std::memory_order_acq
 void eval_nowait(std::span<const Array> arrays) { run_tape(arrays, flush_gpu_nowait); }
 
 }  // namespace detail
+
+namespace gpu {
+
+void eval_on_host(const Primitive& p, std::span<const Array> inputs, std::span<Array> outputs) {
+  // A replay would not run the host code: the program would hold the values of the capture.
+  if (capturing())
+    throw NotImplemented::of(p.name(), "computes on the host, which a captured GPU program cannot replay");
+  // What run_node does before a CPU primitive.
+  for (const Array& in : inputs) detail::wait_for_host(in.node());
+  if (has_pending() || !detail::tls_deferred.empty())
+    for (const Array& in : inputs)
+      if (!in.node().buffer->on_host()) {
+        detail::flush_gpu();
+        break;
+      }
+  p.eval_cpu(inputs, outputs);
+}
+
+}  // namespace gpu
 
 void eval(std::span<const Array> arrays) {
   detail::report_async_errors(arrays);

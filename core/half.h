@@ -2,6 +2,7 @@
 // float16 and bfloat16 storage types. Arithmetic happens in float: kernels convert on load and
 // round (to nearest even) on store, as PyTorch's and MLX's CPU paths do.
 #include <bit>
+#include <compare>
 #include <cstdint>
 #include <type_traits>
 
@@ -14,6 +15,19 @@ struct float16_t {
   template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
   float16_t(T v) : bits(from_float(static_cast<float>(v))) {}  // NOLINT: numeric conversion
   operator float() const { return to_float(bits); }            // NOLINT
+  // Compared as floats (NaN unordered, -0 == 0). Stated here so that `a == b` does not weigh
+  // float's built-in == against the array operators' (const Operand&, const Operand&).
+  friend bool operator==(float16_t a, float16_t b) { return float(a) == float(b); }
+  friend std::partial_ordering operator<=>(float16_t a, float16_t b) { return float(a) <=> float(b); }
+  // Against a number (h == 1.0f, h < 0), compared in double.
+  template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+  friend bool operator==(float16_t a, T b) {
+    return static_cast<double>(float(a)) == static_cast<double>(b);
+  }
+  template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+  friend std::partial_ordering operator<=>(float16_t a, T b) {
+    return static_cast<double>(float(a)) <=> static_cast<double>(b);
+  }
   static constexpr float16_t from_bits(uint16_t b) {
     float16_t h;
     h.bits = b;
@@ -52,6 +66,16 @@ struct bfloat16_t {
   template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
   bfloat16_t(T v) : bits(from_float(static_cast<float>(v))) {}                                // NOLINT
   operator float() const { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }  // NOLINT
+  friend bool operator==(bfloat16_t a, bfloat16_t b) { return float(a) == float(b); }  // as float16_t's
+  friend std::partial_ordering operator<=>(bfloat16_t a, bfloat16_t b) { return float(a) <=> float(b); }
+  template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+  friend bool operator==(bfloat16_t a, T b) {
+    return static_cast<double>(float(a)) == static_cast<double>(b);
+  }
+  template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+  friend std::partial_ordering operator<=>(bfloat16_t a, T b) {
+    return static_cast<double>(float(a)) <=> static_cast<double>(b);
+  }
   static constexpr bfloat16_t from_bits(uint16_t b) {
     bfloat16_t h;
     h.bits = b;

@@ -14,7 +14,15 @@
 namespace kiln {
 
 /// Properties transforms ask a primitive about, instead of listing classes.
-enum class Trait : uint32_t { none = 0, elementwise = 1, stop_gradient = 2, random = 4, side_effect = 8 };
+/// What transforms may assume of a primitive. shape_polymorphic: see core/shape_polymorphic.h.
+enum class Trait : uint32_t {
+  none = 0,
+  elementwise = 1,
+  stop_gradient = 2,
+  random = 4,
+  side_effect = 8,
+  shape_polymorphic = 16
+};
 constexpr uint32_t operator|(Trait a, Trait b) { return static_cast<uint32_t>(a) | static_cast<uint32_t>(b); }
 
 /// Arguments of a vector-Jacobian product rule.

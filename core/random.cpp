@@ -19,23 +19,14 @@
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/ops/unary.h"
+#include "kiln/core/transforms/internal_key_draws.h"
 #include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
 namespace detail {
 namespace {
 
-// The 64-bit draw of element i: both threefry words, high word first (JAX's 64-bit random_bits).
-uint64_t bits64(Threefry2x32 key, uint64_t index) {
-  const Threefry2x32 r = threefry_block(key, index);
-  return (static_cast<uint64_t>(r[0]) << 32) | r[1];
-}
-
-// floor(bits * range / 2^64): an integer in [0, range) with bias below range / 2^64.
-uint64_t multiply_high(uint64_t bits, uint64_t range) {
-  __extension__ using U128 = unsigned __int128;
-  return static_cast<uint64_t>((static_cast<U128>(bits) * range) >> 64);
-}
+uint64_t bits64(Threefry2x32 key, uint64_t index) { return threefry_bits64(key, index); }
 
 // The largest T strictly below `high` (high itself when rounding to T lands below it).
 template <class T>
@@ -294,6 +285,7 @@ uint64_t mix(uint64_t z) {
 }  // namespace
 
 Array next_key() {
+  if (const detail::KeyDrawScope* scope = detail::KeyDrawScope::current()) return scope->draw();
   DefaultKeys& d = default_keys();
   std::lock_guard lock(d.mutex);
   return key(mix(mix(d.seed) ^ d.count++));
@@ -420,3 +412,17 @@ Array permutation(const Array& x, const Array& key, StreamOrDevice s) {
 
 }  // namespace random
 }  // namespace kiln
+
+namespace kiln::detail {
+namespace {
+thread_local KeyDrawScope* innermost_key_scope = nullptr;
+}  // namespace
+
+KeyDrawScope::KeyDrawScope(std::function<Array()> draw)
+    : draw_(std::move(draw)), previous_(innermost_key_scope) {
+  innermost_key_scope = this;
+}
+KeyDrawScope::~KeyDrawScope() { innermost_key_scope = previous_; }
+KeyDrawScope* KeyDrawScope::current() { return innermost_key_scope; }
+
+}  // namespace kiln::detail

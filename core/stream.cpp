@@ -40,7 +40,13 @@ std::atomic<Device::Type>& default_type() {
 
 bool is_available(Device d) { return d.type == Device::Type::cpu || gpu::available(); }
 
-Device default_device() { return Device{default_type().load(std::memory_order_relaxed), 0}; }
+// The innermost StreamScope's stream on this thread.
+static thread_local std::optional<Stream> tls_scoped_stream;
+
+Device default_device() {
+  if (tls_scoped_stream) return tls_scoped_stream->device;
+  return Device{default_type().load(std::memory_order_relaxed), 0};
+}
 
 void set_default_device(Device d) {
   if (d.type == Device::Type::gpu) require_gpu("set_default_device");
@@ -52,7 +58,24 @@ Stream default_stream(Device d) { return Stream{d.type == Device::Type::cpu ? 0 
 Stream to_stream(const StreamOrDevice& s) {
   if (const auto* st = std::get_if<Stream>(&s)) return *st;
   if (const auto* d = std::get_if<Device>(&s)) return default_stream(*d);
+  if (tls_scoped_stream) return *tls_scoped_stream;
   return default_stream(default_device());
 }
+
+Stream new_stream(Device d) {
+  if (d.type == Device::Type::gpu) require_gpu("new_stream");
+  static std::atomic<int> next{2};  // 0 and 1 are the CPU's and the GPU's default streams
+  return Stream{next.fetch_add(1, std::memory_order_relaxed), d};
+}
+
+StreamScope::StreamScope(const StreamOrDevice& s) : previous_(tls_scoped_stream) {
+  if (std::holds_alternative<std::monostate>(s))
+    throw ValueError::of("StreamScope", "needs a stream or a device");
+  const Stream st = to_stream(s);
+  if (st.device.type == Device::Type::gpu) require_gpu("StreamScope");
+  tls_scoped_stream = st;
+}
+
+StreamScope::~StreamScope() { tls_scoped_stream = previous_; }
 
 }  // namespace kiln

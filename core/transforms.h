@@ -38,10 +38,13 @@ std::pair<std::vector<Array>, std::vector<Array>> jvp(const ArrayFn& fn, const s
                                                       const std::vector<Array>& tangents);
 
 /// Vectorizes `fn` over a batch axis: in_axes[i] (>= 0) is the batched axis of input i (-1: not batched,
-/// shared by every example); out_axes[j] is where output j's batch axis goes. Empty in_axes means 0
-/// for every input; empty out_axes means 0 for every output. Nested vmaps work. Throws ValueError
-/// if the batched inputs disagree on the batch size, NotImplemented naming the primitive when a
-/// primitive has no batching rule.
+/// shared by every example; no other negative value is taken, since -1 is not "the last axis"
+/// here); out_axes[j] is where output j's batch axis goes, counted from the end when negative (-1:
+/// last, as JAX). Empty in_axes means 0 for every input; empty out_axes means 0 for every output.
+/// Nested vmaps work. Throws ValueError at vmap() for an in_axes entry below -1, and at the call for
+/// an in_axes entry past its input's rank, an out_axes entry past its output's rank (batch axis
+/// included), batched inputs that disagree on the batch size; NotImplemented naming the primitive
+/// when a primitive has no batching rule.
 ArrayFn vmap(ArrayFn fn, std::vector<int> in_axes = {}, std::vector<int> out_axes = {});
 /// Single-array form.
 ScalarFn vmap(ScalarFn fn, int in_axis = 0, int out_axis = 0);

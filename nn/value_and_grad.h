@@ -65,8 +65,9 @@ auto value_and_grad(Module& model, F loss_fn) {
 /// per signature of the arguments (Arrays) and the trainable parameters, and on the GPU captured
 /// into one command buffer and replayed from the second call on. The loss must depend on its
 /// arguments and the model's parameters only through Array ops (no values read on the host); a
-/// change of which parameters are trainable traces again. Same lifetime and threading rules as
-/// value_and_grad.
+/// change of which parameters are trainable traces again. Keys the loss draws from
+/// random::next_key() (dropout in training mode) are drawn afresh at every call, those
+/// value_and_grad would draw. Same lifetime and threading rules as value_and_grad.
 ///
 ///   auto step = nn::compiled_value_and_grad(model, [&](const Array& x, const Array& y) {
 ///     return nn::cross_entropy(model(x), y);

@@ -26,9 +26,10 @@ namespace kiln::optim {
 /// learning_rate() of the next step) as an eager `optimizer.update(model, grads)` would, as lazy
 /// arrays, and returns the loss (lazy). The loss must reach the batch and the parameters only
 /// through Array ops. The trace is redone when the trainable parameters or the batch's shapes
-/// change. Throws NotImplemented for an optimizer without a compiled form (Adam and AdamW have one)
-/// and when parameters have been stepped different numbers of times; the model and the optimizer
-/// must outlive the step and are not thread-safe while it runs.
+/// change. Keys the loss draws from random::next_key() (dropout in training mode) are drawn afresh
+/// at every step, those the eager loop would draw. Throws NotImplemented for an optimizer without a
+/// compiled form (Adam and AdamW have one) and when parameters have been stepped different numbers
+/// of times; the model and the optimizer must outlive the step and are not thread-safe while it runs.
 class CompiledStep {
  public:
   using Loss = std::function<Array(const std::vector<Array>& batch)>;

@@ -10,6 +10,7 @@
 #include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/unary.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/shape_polymorphic.h"
 #include "kiln/core/transforms.h"
 #include "kiln/core/vulkan/gpu.h"
 #include "kiln/optim/fused_adam_impl.h"
@@ -109,7 +110,13 @@ class FusedAdamStep final : public PrimitiveWithParams<FusedAdamStep> {
   FusedAdamStep(Stream s, AdamConstants c) : PrimitiveWithParams(s), c_(c) {}
   const char* name() const override { return "FusedAdamStep"; }
   auto params() const { return std::tie(c_.beta1, c_.beta2, c_.eps, c_.amsgrad, c_.decay); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
+  // p, g, m, v [, vmax] of one shape, checked: shapeless compile replays it on new shapes.
   std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    for (size_t i = 1; i < (c_.amsgrad ? 5u : 4u); ++i)
+      if (in[i].shape() != in[0].shape())
+        throw ShapeError::of("adam", "parameter, gradient and state of different shapes", "{} and {}",
+                             shape_str(in[0].shape()), shape_str(in[i].shape()));
     return std::vector<Shape>(c_.amsgrad ? 4 : 3, in[0].shape());
   }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {

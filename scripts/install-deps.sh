@@ -7,10 +7,10 @@ set -euo pipefail
 # One array per group; a new feature adds a group here and a flag below.
 base_packages=(
   build-essential cmake ninja-build ccache pkg-config
-  libopenblas-dev libfmt-dev
+  libopenblas-dev liblapacke-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libxxhash-dev
-  clang-format
+  clang-format valgrind
   zlib1g-dev dataset-fashion-mnist
   libhdf5-dev libcereal-dev
   clang libclang-rt-14-dev

@@ -1,4 +1,4 @@
-// GEMM through OpenBLAS: the only file that includes <cblas.h>.
+// GEMM through OpenBLAS: with core/ops/linalg_lapack.cpp (trsm), the only files that include <cblas.h>.
 #include "kiln/core/cpu/gemm.h"
 
 #include <cblas.h>

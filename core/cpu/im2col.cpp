@@ -15,7 +15,10 @@
 namespace kiln::detail {
 
 int64_t conv_output_size(int64_t in, int64_t k, int stride, int padding, int dilation) {
-  return (in + 2 * padding - static_cast<int64_t>(dilation) * (k - 1) - 1) / stride + 1;
+  // The last window's start; negative when the dilated kernel overhangs the padded input, which
+  // must give no output (C++ division would round -1 / 2 up to a window of 0).
+  const int64_t last = in + 2 * padding - static_cast<int64_t>(dilation) * (k - 1) - 1;
+  return last < 0 ? 0 : last / stride + 1;
 }
 
 namespace {

@@ -29,6 +29,7 @@
 #include "kiln/core/ops/ternary.h"
 #include "kiln/core/ops/unary.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/shape_polymorphic.h"
 #include "kiln/core/vulkan/gpu_attention.h"
 
 namespace kiln {
@@ -124,13 +125,46 @@ bool is_zero(const Array& c) {
   return in.size() == 1 && in[0].is_available() && in[0].size() == 1 && in[0].item<double>() == 0.0;
 }
 
+// What scaled_dot_product_attention checked, for shapeless compile's replays on new shapes
+// (core/shape_polymorphic.h): q (.., Lq, D), k (.., Lk, D), v (.., Lk, Dv) of one rank with equal
+// leading dims and a mask that broadcasts to (.., Lq, Lk); with `backward`, then out and g
+// (.., Lq, Dv) and lse (.., Lq).
+void check_attention_shapes(std::span<const Array> in, bool has_mask, bool backward) {
+  const Shape &q = in[0].shape(), &k = in[1].shape(), &v = in[2].shape();
+  const size_t nd = q.size();
+  bool ok = nd >= 2 && k.size() == nd && v.size() == nd;
+  for (size_t a = 0; ok && a + 2 < nd; ++a) ok = q[a] == k[a] && q[a] == v[a];
+  ok = ok && q[nd - 1] == k[nd - 1] && k[nd - 2] == v[nd - 2];
+  if (ok && has_mask) {
+    const Shape& m = in[3].shape();
+    ok = m.size() <= nd;
+    for (size_t i = 1; ok && i <= m.size(); ++i)
+      ok = m[m.size() - i] == 1 || m[m.size() - i] == (i == 1 ? k[nd - 2] : q[nd - i]);
+  }
+  if (ok && backward) {
+    const size_t o = has_mask ? 4 : 3;
+    Shape out = q, lse = q;
+    out.back() = v.back();
+    lse.pop_back();
+    ok = in.size() == o + 3 && in[o].shape() == out && in[o + 1].shape() == lse && in[o + 2].shape() == out;
+  }
+  if (ok) return;
+  std::string shapes;
+  for (const Array& a : in) shapes += (shapes.empty() ? "" : ", ") + shape_str(a.shape());
+  throw ShapeError::of(
+      kOp, "inputs of inconsistent shapes",
+      "q (.., Lq, D), k (.., Lk, D), v (.., Lk, Dv) with equal leading dims expected, got {}", shapes);
+}
+
 class ScaledDotProductAttentionVjp final : public PrimitiveWithParams<ScaledDotProductAttentionVjp> {
  public:
   ScaledDotProductAttentionVjp(Stream s, double scale, bool causal, bool has_mask)
       : PrimitiveWithParams(s), scale_(scale), causal_(causal), has_mask_(has_mask) {}
   const char* name() const override { return "ScaledDotProductAttentionVjp"; }
   auto params() const { return std::tie(scale_, causal_, has_mask_); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
   std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    check_attention_shapes(in, has_mask_, true);
     return {in[0].shape(), in[1].shape(), in[2].shape()};
   }
 
@@ -182,7 +216,9 @@ class ScaledDotProductAttention final : public PrimitiveWithParams<ScaledDotProd
       : PrimitiveWithParams(s), scale_(scale), causal_(causal), has_mask_(has_mask) {}
   const char* name() const override { return "ScaledDotProductAttention"; }
   auto params() const { return std::tie(scale_, causal_, has_mask_); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
   std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    check_attention_shapes(in, has_mask_, false);
     Shape out = in[0].shape(), lse = in[0].shape();
     out.back() = in[2].shape(-1);
     lse.pop_back();

@@ -2,6 +2,7 @@
 #include "kiln/core/ops/binary.h"
 
 #include <cmath>
+#include <functional>
 #include <type_traits>
 
 #include "kiln/core/ops/elementwise_impl.h"
@@ -14,6 +15,19 @@ namespace {
 
 std::pair<Array, Array> no_partials() { return {Array(), Array()}; }
 
+// a op b for integers in the unsigned type of the same width, which wraps where the signed types'
+// overflow is undefined behaviour (int32 and int64; narrower types compute in int and cannot
+// overflow); floats as they are. Integer sums, differences and products wrap, as documented.
+template <class T, class F>
+T wrapping(T a, T b, F op) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) >= sizeof(int)) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(op(static_cast<U>(a), static_cast<U>(b)));
+  } else {
+    return static_cast<T>(op(a, b));
+  }
+}
+
 struct Add : BinaryOp<Add> {
   using BinaryOp::BinaryOp;
   static constexpr bool kSimdF32 = true;
@@ -24,7 +38,7 @@ struct Add : BinaryOp<Add> {
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
   static T apply(T a, T b) {
-    return static_cast<T>(a + b);
+    return wrapping(a, b, std::plus<>());
   }
   static std::pair<Array, Array> partials(const Array&, const Array&, const Array&) { return no_partials(); }
 };
@@ -38,7 +52,7 @@ struct Subtract : BinaryOp<Subtract> {
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
   static T apply(T a, T b) {
-    return static_cast<T>(a - b);
+    return wrapping(a, b, std::minus<>());
   }
   static std::pair<Array, Array> partials(const Array& x, const Array&, const Array&) {
     return {Array(), Array(-1.0, x.dtype())};
@@ -54,7 +68,7 @@ struct Multiply : BinaryOp<Multiply> {
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
   static T apply(T a, T b) {
-    return static_cast<T>(a * b);
+    return wrapping(a, b, std::multiplies<>());
   }
   static std::pair<Array, Array> partials(const Array& x, const Array& y, const Array&) { return {y, x}; }
 };
@@ -203,6 +217,25 @@ struct Arctan2 : BinaryOp<Arctan2> {
   }
 };
 
+struct LogAddExp : BinaryOp<LogAddExp> {
+  using BinaryOp::BinaryOp;
+  static constexpr const char* kName = "LogAddExp";
+  static constexpr const char* kGlsl = "kiln_logaddexp(x0, x1)";
+  static constexpr const char* kOpName = "logaddexp";
+  static constexpr DtypeSet kTypes = kFloatTypes;
+  static constexpr bool kIntToFloat = true;
+  template <class T>
+  static T apply(T a, T b) {
+    if (std::isnan(a) || std::isnan(b)) return a + b;
+    if (a == b) return a + static_cast<T>(0.693147180559945309417);  // equal infinities too
+    return std::max(a, b) + std::log1p(std::exp(-std::abs(a - b)));
+  }
+  // exp(x - out) and exp(y - out): the softmax weights of the two, 1/2 each at a tie.
+  static std::pair<Array, Array> partials(const Array& x, const Array& y, const Array& out) {
+    return {exp(x - out), exp(y - out)};
+  }
+};
+
 #define KILN_COMPARISON(Name, op_name, expr, glsl)  \
   struct Name : BinaryOp<Name> {                    \
     using BinaryOp::BinaryOp;                       \
@@ -237,7 +270,16 @@ Array multiply(const Operand& a, const Operand& b, StreamOrDevice s) {
   return detail::Multiply::build(a, b, s);
 }
 Array divide(const Operand& a, const Operand& b, StreamOrDevice s) { return detail::Divide::build(a, b, s); }
-Array power(const Operand& a, const Operand& b, StreamOrDevice s) { return detail::Power::build(a, b, s); }
+Array power(const Operand& a, const Operand& b, StreamOrDevice s) {
+  // Two bools compute in int8, as NumPy's power does (bool has no power of its own).
+  if (result_type({&a, &b}) == bool_) {
+    auto as_int8 = [&](const Operand& o) {
+      return o.is_scalar() ? o.to_array(int8, s) : astype(o.array(), int8, s);
+    };
+    return detail::Power::build(as_int8(a), as_int8(b), s);
+  }
+  return detail::Power::build(a, b, s);
+}
 Array maximum(const Operand& a, const Operand& b, StreamOrDevice s) {
   return detail::Maximum::build(a, b, s);
 }
@@ -252,6 +294,9 @@ Array floor_divide(const Operand& a, const Operand& b, StreamOrDevice s) {
 }
 Array arctan2(const Operand& a, const Operand& b, StreamOrDevice s) {
   return detail::Arctan2::build(a, b, s);
+}
+Array logaddexp(const Operand& a, const Operand& b, StreamOrDevice s) {
+  return detail::LogAddExp::build(a, b, s);
 }
 Array equal(const Operand& a, const Operand& b, StreamOrDevice s) { return detail::Equal::build(a, b, s); }
 Array not_equal(const Operand& a, const Operand& b, StreamOrDevice s) {

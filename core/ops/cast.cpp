@@ -2,6 +2,7 @@
 
 #include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/elementwise_impl.h"
+#include "kiln/core/shape_polymorphic.h"
 #include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
@@ -61,6 +62,7 @@ class Contiguous final : public PrimitiveWithParams<Contiguous> {
   using PrimitiveWithParams::PrimitiveWithParams;
   const char* name() const override { return "Contiguous"; }
   auto params() const { return std::tuple<>(); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
   std::vector<Shape> output_shapes(std::span<const Array> in) const override { return {in[0].shape()}; }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     if (in[0].row_contiguous()) {
@@ -91,7 +93,7 @@ class StopGradient final : public PrimitiveWithParams<StopGradient> {
   using PrimitiveWithParams::PrimitiveWithParams;
   const char* name() const override { return "StopGradient"; }
   auto params() const { return std::tuple<>(); }
-  uint32_t traits() const override { return static_cast<uint32_t>(Trait::stop_gradient); }
+  uint32_t traits() const override { return Trait::stop_gradient | shape_polymorphic_trait; }
   std::vector<Shape> output_shapes(std::span<const Array> in) const override { return {in[0].shape()}; }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     out[0].set_view(in[0], in[0].strides(), 0);

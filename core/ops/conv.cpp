@@ -8,8 +8,10 @@
 #include "kiln/core/cpu/im2col.h"
 #include "kiln/core/ops/binary.h"
 #include "kiln/core/ops/cast.h"
+#include "kiln/core/ops/conv_internal.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/shape_polymorphic.h"
 #include "kiln/core/vulkan/gpu_conv.h"
 
 namespace kiln {
@@ -54,6 +56,8 @@ class ConvBase : public PrimitiveWithParams<D> {
 };
 
 Array conv_node(const Array& x, const Array& w, const ConvParams& p, Stream s);
+void validate(const char* op, const Shape& x, const Shape& w, const ConvParams& p, const Shape& x_shape,
+              const Shape& w_shape);
 Array grad_input_node(const Array& gy, const Array& w, const ConvParams& p, Size2 in_hw, Stream s);
 Array grad_weight_node(const Array& x, const Array& gy, const ConvParams& p, Size2 k_hw, Stream s);
 
@@ -111,7 +115,10 @@ class Conv final : public ConvBase<Conv> {
   using ConvBase::ConvBase;
   const char* name() const override { return "Conv"; }
   auto params() const { return std::tie(p_.stride, p_.padding, p_.dilation, p_.groups); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
+  // Validated as conv2d validates: shapeless compile replays it on new shapes.
   std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    validate("conv", in[0].shape(), in[1].shape(), p_, in[0].shape(), in[1].shape());
     const ConvGeometry g = geometry(in[0].shape(), in[1].shape(), p_);
     return {{g.n, g.o, g.oh, g.ow}};
   }
@@ -318,6 +325,17 @@ void check_operands(const char* op, const Array& x, const Array& w, int rank, co
 }
 
 }  // namespace
+
+Array conv2d_transpose(const Array& x, const Array& w, std::array<int, 2> stride, std::array<int, 2> padding,
+                       std::array<int, 2> dilation, int groups, std::array<int64_t, 2> out_hw,
+                       StreamOrDevice s) {
+  const Dtype t = promote_types(x.dtype(), w.dtype());
+  const Dtype compute = t == float64 ? float64 : float32;
+  const ConvParams p{stride, padding, dilation, groups};
+  const Array y = grad_input_node(astype(x, compute, s), astype(w, compute, s), p, out_hw, to_stream(s));
+  return astype(y, t, s);
+}
+
 }  // namespace detail
 
 Array conv1d(const Array& input, const Array& weight, int stride, int padding, int dilation, int groups,

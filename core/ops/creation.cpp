@@ -42,6 +42,16 @@ class Full final : public PrimitiveWithParams<Full> {
   }
   std::vector<Array> vjp(const VjpArgs& a) const override { return {sum(a.cotangents[0])}; }
   std::vector<Array> jvp(const JvpArgs& a) const override { return {full(shape_, a.tangents[0], stream())}; }
+  // A batch of values (B,) fills B arrays: the values broadcast over the shape, batch axis first.
+  VmapResult vmap(const VmapArgs& a) const override {
+    const Array& v = a.inputs[0];
+    const int64_t batch = v.shape(a.axes[0]);
+    Shape target = shape_;
+    target.insert(target.begin(), batch);
+    Shape column(target.size(), 1);
+    column[0] = batch;
+    return {{contiguous(broadcast_to(reshape(v, column, stream()), target, stream()), stream())}, {0}};
+  }
 
  private:
   Shape shape_;
@@ -147,9 +157,15 @@ Array arange(double start, double stop, double step, Dtype dtype, StreamOrDevice
 Array arange(int64_t stop, StreamOrDevice s) { return arange(0, static_cast<double>(stop), 1, int32, s); }
 
 Array linspace(double start, double stop, int64_t num, Dtype dtype, StreamOrDevice s) {
+  return linspace(start, stop, num, true, dtype, s);
+}
+
+Array linspace(double start, double stop, int64_t num, bool endpoint, Dtype dtype, StreamOrDevice s) {
   if (num < 0) throw ValueError::of("linspace", "num must be >= 0", "got {}", num);
   if (dtype == bool_) throw DtypeError::of("linspace", "dtype not supported", "bool");
-  const double step = num > 1 ? (stop - start) / static_cast<double>(num - 1) : 0.0;
+  // NumPy's divisor: the gaps between the values, one more than shown when stop is excluded.
+  const int64_t div = endpoint ? num - 1 : num;
+  const double step = div > 0 ? (stop - start) / static_cast<double>(div) : 0.0;
   return Array::make({num}, dtype, std::make_shared<detail::Range>(to_stream(s), start, step), {});
 }
 

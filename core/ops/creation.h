@@ -19,6 +19,10 @@ Array arange(double start, double stop, double step = 1.0, Dtype dtype = float32
 Array arange(int64_t stop, StreamOrDevice s = {});
 /// `num` evenly spaced values from start to stop inclusive.
 Array linspace(double start, double stop, int64_t num, Dtype dtype = float32, StreamOrDevice s = {});
+/// NumPy's linspace with `endpoint`: when false, `num` values from start in steps of
+/// (stop - start) / num, stop excluded. Throws ValueError if num < 0, DtypeError for bool.
+Array linspace(double start, double stop, int64_t num, bool endpoint, Dtype dtype = float32,
+               StreamOrDevice s = {});
 /// n x m matrix with ones on diagonal k (m defaults to n).
 Array eye(int64_t n, int64_t m = -1, int k = 0, Dtype dtype = float32, StreamOrDevice s = {});
 Array identity(int64_t n, Dtype dtype = float32, StreamOrDevice s = {});

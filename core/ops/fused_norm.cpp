@@ -27,6 +27,7 @@
 #include "kiln/core/ops/shape_primitives.h"
 #include "kiln/core/ops/unary.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/shape_polymorphic.h"
 #include "kiln/core/vulkan/gpu_norm.h"
 
 namespace kiln {
@@ -87,6 +88,20 @@ Array batched_param(const Array& p, int axis, int64_t batch, int rank, Stream s)
   return reshape(front, shape, s);
 }
 
+// What the op functions checked, for shapeless compile's replays on new shapes
+// (core/shape_polymorphic.h): `params` weight/bias rows after x of its last axis' size, and with
+// `has_g` a last input of x's shape.
+void check_row_shapes(const char* primitive, std::span<const Array> in, int params, bool has_g) {
+  const Shape& x = in[0].shape();
+  bool ok = true;
+  for (int i = 1; i <= params; ++i) ok = ok && in[static_cast<size_t>(i)].shape() == Shape{x.back()};
+  if (has_g) ok = ok && in.back().shape() == x;
+  if (ok) return;
+  std::string shapes;
+  for (const Array& a : in) shapes += (shapes.empty() ? "" : ", ") + shape_str(a.shape());
+  throw ShapeError::of(primitive, "inputs of inconsistent shapes", "{}", shapes);
+}
+
 class RowNormalizeVjp final : public PrimitiveWithParams<RowNormalizeVjp> {
  public:
   RowNormalizeVjp(Stream s, RowNorm kind, double eps, bool has_weight, bool with_gxhat)
@@ -96,7 +111,9 @@ class RowNormalizeVjp final : public PrimitiveWithParams<RowNormalizeVjp> {
     return kNames[static_cast<int>(kind_)];
   }
   auto params() const { return std::tie(kind_, eps_, has_weight_, with_gxhat_); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
   std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    check_row_shapes(name(), in, has_weight_ ? 1 : 0, true);
     return std::vector<Shape>(with_gxhat_ ? 2 : 1, in[0].shape());
   }
 
@@ -161,7 +178,11 @@ class RowNormalize final : public PrimitiveWithParams<RowNormalize> {
     return kNames[static_cast<int>(kind_)];
   }
   auto params() const { return std::tie(kind_, eps_, has_weight_, has_bias_); }
-  std::vector<Shape> output_shapes(std::span<const Array> in) const override { return {in[0].shape()}; }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
+  std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    check_row_shapes(name(), in, (has_weight_ ? 1 : 0) + (has_bias_ ? 1 : 0), false);
+    return {in[0].shape()};
+  }
 
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     const Array x = dense_copy(in[0]);

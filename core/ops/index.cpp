@@ -14,9 +14,11 @@
 #include "kiln/core/cpu/strided.h"
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/ops/creation.h"
+#include "kiln/core/ops/index_impl.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/ops/shape_primitives.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/shape_polymorphic.h"
 #include "kiln/core/vulkan/gpu.h"
 #include "kiln/core/vulkan/gpu_gather.h"
 
@@ -36,20 +38,7 @@ Block block(const Shape& shape, int axis) {
   return b;
 }
 
-// Same-size element types move as raw bits; only scatter_add needs the real type.
-template <class F>
-void visit_bits(Dtype t, F&& f) {
-  switch (size_of(t)) {
-    case 1:
-      return f(TypeTag<uint8_t>{});
-    case 2:
-      return f(TypeTag<uint16_t>{});
-    case 4:
-      return f(TypeTag<uint32_t>{});
-    default:
-      return f(TypeTag<uint64_t>{});
-  }
-}
+}  // namespace
 
 void check_index_dtype(const char* op, const Array& idx) {
   if (!is_integral(idx.dtype()))
@@ -104,6 +93,8 @@ void init_from(Array& out, const Array& a) {
   out.allocate();
   copy_strided(a, out);
 }
+
+namespace {
 
 template <class T>
 T combine(T old, T v, bool add) {
@@ -199,8 +190,6 @@ Array make_take_along(const Array& a, const Array& idx, int axis, StreamOrDevice
 Array make_scatter(const Array& a, const Array& idx, const Array& upd, int axis, StreamOrDevice s);
 Array make_scatter_along(const Array& a, const Array& idx, const Array& vals, int axis, bool add,
                          StreamOrDevice s);
-Array make_gather(const Array& a, std::vector<Array> indices, StreamOrDevice s);
-Array make_scatter_nd(const Array& a, const Array& upd, std::vector<Array> indices, StreamOrDevice s);
 
 // Tangents by input position; inputs that got none are zeros.
 std::vector<Array> tangents_by_input(const JvpArgs& a, Stream s) {
@@ -222,6 +211,34 @@ Array along_indices(const Array& idx, const Array& x, int axis, Stream s) {
   return broadcast_to(reshape(idx, shape, s), full, s);
 }
 
+// The inputs' shapes, for the errors of output_shapes below: shapeless compile replays these
+// primitives on new input shapes (core/shape_polymorphic.h), so they check there what their op
+// functions checked.
+std::string shapes_of(std::span<const Array> in) {
+  std::string out;
+  for (const Array& a : in) out += (out.empty() ? "" : ", ") + shape_str(a.shape());
+  return out;
+}
+
+void check_shapes(bool ok, const char* primitive, std::span<const Array> in) {
+  if (!ok) throw ShapeError::of(primitive, "inputs of inconsistent shapes", "{}", shapes_of(in));
+}
+
+// Equal except along `axis` (and of one rank).
+bool equal_but(const Shape& a, const Shape& b, int axis) {
+  if (a.size() != b.size()) return false;
+  for (size_t d = 0; d < a.size(); ++d)
+    if (static_cast<int>(d) != axis && a[d] != b[d]) return false;
+  return true;
+}
+
+// k index arrays of one shape.
+bool same_index_shapes(std::span<const Array> indices) {
+  for (const Array& i : indices)
+    if (i.shape() != indices[0].shape()) return false;
+  return true;
+}
+
 // ---------------------------------------------------------------- primitives
 
 class Take final : public PrimitiveWithParams<Take> {
@@ -229,6 +246,7 @@ class Take final : public PrimitiveWithParams<Take> {
   Take(Stream s, int axis) : PrimitiveWithParams(s), axis_(axis) {}
   const char* name() const override { return "Take"; }
   auto params() const { return std::tie(axis_); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
   std::vector<Shape> output_shapes(std::span<const Array> in) const override {
     return {shape(in[0].shape(), in[1].shape(), axis_)};
   }
@@ -286,7 +304,11 @@ class ScatterAdd final : public PrimitiveWithParams<ScatterAdd> {
   ScatterAdd(Stream s, int axis) : PrimitiveWithParams(s), axis_(axis) {}
   const char* name() const override { return "ScatterAdd"; }
   auto params() const { return std::tie(axis_); }
-  std::vector<Shape> output_shapes(std::span<const Array> in) const override { return {in[0].shape()}; }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
+  std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    check_shapes(in[2].shape() == Take::shape(in[0].shape(), in[1].shape(), axis_), name(), in);
+    return {in[0].shape()};
+  }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     const Block b = block(in[0].shape(), axis_);
     const auto rows = load_indices("scatter_add", in[1], in[1].shape(), b.n, axis_);
@@ -337,7 +359,11 @@ class TakeAlongAxis final : public PrimitiveWithParams<TakeAlongAxis> {
   TakeAlongAxis(Stream s, int axis) : PrimitiveWithParams(s), axis_(axis) {}
   const char* name() const override { return "TakeAlongAxis"; }
   auto params() const { return std::tie(axis_); }
-  std::vector<Shape> output_shapes(std::span<const Array> in) const override { return {in[1].shape()}; }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
+  std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    check_shapes(equal_but(in[0].shape(), in[1].shape(), axis_), name(), in);
+    return {in[1].shape()};
+  }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     const Array a = dense_copy(in[0]);
     const Block b = block(a.shape(), axis_);
@@ -384,7 +410,12 @@ class ScatterAlongAxis final : public PrimitiveWithParams<ScatterAlongAxis> {
   ScatterAlongAxis(Stream s, int axis, bool add) : PrimitiveWithParams(s), axis_(axis), add_(add) {}
   const char* name() const override { return add_ ? "ScatterAddAlongAxis" : "PutAlongAxis"; }
   auto params() const { return std::tie(axis_, add_); }
-  std::vector<Shape> output_shapes(std::span<const Array> in) const override { return {in[0].shape()}; }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
+  std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    check_shapes(in[1].shape() == in[2].shape() && equal_but(in[0].shape(), in[1].shape(), axis_), name(),
+                 in);
+    return {in[0].shape()};
+  }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     const char* op = add_ ? "scatter_add" : "put_along_axis";
     const Block b = block(in[0].shape(), axis_);
@@ -443,7 +474,11 @@ class Gather final : public PrimitiveWithParams<Gather> {
   using PrimitiveWithParams::PrimitiveWithParams;
   const char* name() const override { return "Gather"; }
   auto params() const { return std::tuple<>(); }
-  std::vector<Shape> output_shapes(std::span<const Array> in) const override { return {shape(in)}; }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
+  std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    check_shapes(same_index_shapes(in.subspan(1)), name(), in);
+    return {shape(in)};
+  }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     const Array a = dense_copy(in[0]);
     const auto indices = in.subspan(1);
@@ -517,7 +552,15 @@ class ScatterAddND final : public PrimitiveWithParams<ScatterAddND> {
   using PrimitiveWithParams::PrimitiveWithParams;
   const char* name() const override { return "ScatterAddND"; }
   auto params() const { return std::tuple<>(); }
-  std::vector<Shape> output_shapes(std::span<const Array> in) const override { return {in[0].shape()}; }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
+  std::vector<Shape> output_shapes(std::span<const Array> in) const override {
+    const auto indices = in.subspan(2);
+    Shape updates = indices.empty() ? Shape{} : indices[0].shape();
+    updates.insert(updates.end(), in[0].shape().begin() + static_cast<int64_t>(indices.size()),
+                   in[0].shape().end());
+    check_shapes(same_index_shapes(indices) && in[1].shape() == updates, name(), in);
+    return {in[0].shape()};
+  }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     const auto indices = in.subspan(2);
     const auto rows = load_rows("gather", in[0].shape(), indices);
@@ -579,6 +622,8 @@ Array make_scatter_along(const Array& a, const Array& idx, const Array& vals, in
   return Array::make(a.shape(), a.dtype(), std::make_shared<ScatterAlongAxis>(to_stream(s), axis, add),
                      {a, idx, vals});
 }
+}  // namespace
+
 Array make_gather(const Array& a, std::vector<Array> indices, StreamOrDevice s) {
   indices.insert(indices.begin(), a);
   Shape shape = Gather::shape(indices);
@@ -588,6 +633,8 @@ Array make_scatter_nd(const Array& a, const Array& upd, std::vector<Array> indic
   indices.insert(indices.begin(), {a, upd});
   return Array::make(a.shape(), a.dtype(), std::make_shared<ScatterAddND>(to_stream(s)), std::move(indices));
 }
+
+namespace {
 
 // Shape U of along-axis indices: a's shape with the axis sized like the indices'. Index dims other
 // than the axis must be 1 or match a's (`a_broadcasts`: a's size-1 dims may grow too).

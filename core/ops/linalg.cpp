@@ -11,6 +11,7 @@
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/shape_polymorphic.h"
 #include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
@@ -99,8 +100,10 @@ class Matmul final : public PrimitiveWithParams<Matmul> {
   using PrimitiveWithParams::PrimitiveWithParams;
   const char* name() const override { return "Matmul"; }
   auto params() const { return std::tuple<>(); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
+  // Checked (inner dimensions): shapeless compile replays it on new shapes.
   std::vector<Shape> output_shapes(std::span<const Array> in) const override {
-    return {product_shape("matmul", in[0].shape(), in[1].shape())};
+    return {checked_product_shape("matmul", in[0].shape(), in[1].shape())};
   }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     out[0].allocate();
@@ -140,9 +143,10 @@ class AddMM final : public PrimitiveWithParams<AddMM> {
   AddMM(Stream s, double alpha, double beta) : PrimitiveWithParams(s), alpha_(alpha), beta_(beta) {}
   const char* name() const override { return "AddMM"; }
   auto params() const { return std::tie(alpha_, beta_); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
 
   static Shape shape_of(const Shape& c, const Shape& a, const Shape& b) {
-    return broadcast_shapes("addmm", c, product_shape("addmm", a, b));
+    return broadcast_shapes("addmm", c, checked_product_shape("addmm", a, b));
   }
   static Array build(const Array& c, const Array& a, const Array& b, double alpha, double beta, Stream s) {
     return Array::make(shape_of(c.shape(), a.shape(), b.shape()), a.dtype(),
@@ -158,7 +162,7 @@ class AddMM final : public PrimitiveWithParams<AddMM> {
     batched_matmul(in[1], in[2], out[0], alpha_, beta_);
   }
   void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
-    gpu::matmul(in[1], in[2], out[0], &in[0], static_cast<float>(alpha_), static_cast<float>(beta_));
+    gpu::matmul(in[1], in[2], out[0], &in[0], alpha_, beta_);
   }
   std::vector<Array> vjp(const VjpArgs& a) const override {
     const Array &c = a.primals[0], &x = a.primals[1], &y = a.primals[2], &g = a.cotangents[0];
@@ -222,7 +226,7 @@ Array matmul(const Array& a, const Array& b, StreamOrDevice s) {
   return squeeze_result ? reshape(out, final_shape, s) : out;
 }
 
-Array addmm(const Array& c, const Array& a, const Array& b, float alpha, float beta, StreamOrDevice s) {
+Array addmm(const Array& c, const Array& a, const Array& b, double alpha, double beta, StreamOrDevice s) {
   detail::check_valid("addmm", c);
   detail::check_valid("addmm", a);
   detail::check_valid("addmm", b);

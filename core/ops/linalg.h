@@ -9,7 +9,7 @@ namespace kiln {
 /// integer inputs compute in float32. Throws ShapeError if the inner dimensions differ.
 Array matmul(const Array& a, const Array& b, StreamOrDevice s = {});
 /// beta * c + alpha * (a @ b), with c broadcast to the product's shape.
-Array addmm(const Array& c, const Array& a, const Array& b, float alpha = 1.0f, float beta = 1.0f,
+Array addmm(const Array& c, const Array& a, const Array& b, double alpha = 1.0, double beta = 1.0,
             StreamOrDevice s = {});
 /// x @ weight^T + bias, as torch.nn.functional.linear: x (..., in), weight (out, in), bias (out)
 /// or empty; result (..., out). float32/float64 run as one GEMM with the bias as its addend, and the

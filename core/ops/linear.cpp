@@ -12,6 +12,7 @@
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/shape_polymorphic.h"
 #include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
@@ -53,9 +54,16 @@ class Linear final : public PrimitiveWithParams<Linear> {
   using PrimitiveWithParams::PrimitiveWithParams;
   const char* name() const override { return "Linear"; }
   auto params() const { return std::tuple<>(); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
+  // Checks what linear() checked: shapeless compile replays it on new shapes.
   std::vector<Shape> output_shapes(std::span<const Array> in) const override {
-    Shape s = in[0].shape();
-    s.back() = in[1].shape(0);
+    const Shape &x = in[0].shape(), &w = in[1].shape();
+    if (x.back() != w[1] || (in.size() == 3 && in[2].shape() != Shape{w[0]}))
+      throw ShapeError::of("linear", "x's last dimension must be weight's in, bias (out)",
+                           "x {}, weight {}{}", shape_str(x), shape_str(w),
+                           in.size() == 3 ? ", bias " + shape_str(in[2].shape()) : "");
+    Shape s = x;
+    s.back() = w[0];
     return {s};
   }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {

@@ -37,6 +37,19 @@ constexpr Threefry2x32 threefry_block(Threefry2x32 key, uint64_t index) {
   return threefry2x32(key, {static_cast<uint32_t>(index >> 32), static_cast<uint32_t>(index)});
 }
 
+/// The 64-bit draw of element `index`: both threefry words, high word first (JAX's 64-bit
+/// random_bits).
+inline uint64_t threefry_bits64(Threefry2x32 key, uint64_t index) {
+  const Threefry2x32 r = threefry_block(key, index);
+  return (static_cast<uint64_t>(r[0]) << 32) | r[1];
+}
+
+/// floor(bits * range / 2^64): an integer in [0, range) with bias below range / 2^64 (Lemire).
+inline uint64_t multiply_high(uint64_t bits, uint64_t range) {
+  __extension__ using U128 = unsigned __int128;
+  return static_cast<uint64_t>((static_cast<U128>(bits) * range) >> 64);
+}
+
 /// Base of the random primitives. Input 0 holds keys of shape (batch..., 2); every key yields one
 /// sample of D::sample_shape(), so the output shape is batch + sample shape. Public ops pass one
 /// key; the batch dimensions come from vmap. D provides the params, `sample_shape()`,

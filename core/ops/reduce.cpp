@@ -98,6 +98,11 @@ const char* Reduce::name() const {
 }
 
 std::vector<Shape> Reduce::output_shapes(std::span<const Array> in) const {
+  // The op's own check, for shapeless compile's new shapes (max/min have no identity).
+  if ((kind_ == ReduceKind::max || kind_ == ReduceKind::min) && count_over(in[0].shape(), axes_) == 0 &&
+      shape_size(reduced_shape(in[0].shape(), axes_, false)) > 0)
+    throw ValueError::of(op_name(kind_), "cannot reduce an empty axis (no identity)", "shape {}",
+                         shape_str(in[0].shape()));
   return {reduced_shape(in[0].shape(), axes_, keepdims_)};
 }
 
@@ -161,6 +166,9 @@ VmapResult Reduce::vmap(const VmapArgs& a) const {
 }
 
 std::vector<Shape> ArgReduce::output_shapes(std::span<const Array> in) const {
+  if (in[0].shape(axis_) == 0 && shape_size(reduced_shape(in[0].shape(), {axis_}, false)) > 0)
+    throw ValueError::of(is_max_ ? "argmax" : "argmin", "cannot reduce an empty axis", "shape {}, axis {}",
+                         shape_str(in[0].shape()), axis_);
   return {reduced_shape(in[0].shape(), {axis_}, keepdims_)};
 }
 

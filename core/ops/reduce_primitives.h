@@ -4,6 +4,7 @@
 
 #include "kiln/core/cpu/reduce.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/shape_polymorphic.h"
 
 namespace kiln::detail {
 
@@ -17,6 +18,7 @@ class Reduce final : public PrimitiveWithParams<Reduce> {
       : PrimitiveWithParams(s), kind_(kind), axes_(std::move(axes)), keepdims_(keepdims) {}
   const char* name() const override;
   auto params() const { return std::tie(kind_, axes_, keepdims_); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
   ReduceKind kind() const { return kind_; }
   const Axes& axes() const { return axes_; }
   bool keepdims() const { return keepdims_; }
@@ -41,6 +43,7 @@ class ArgReduce final : public PrimitiveWithParams<ArgReduce> {
       : PrimitiveWithParams(s), is_max_(is_max), axis_(axis), keepdims_(keepdims) {}
   const char* name() const override { return is_max_ ? "ArgMax" : "ArgMin"; }
   auto params() const { return std::tie(is_max_, axis_, keepdims_); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
 
   std::vector<Shape> output_shapes(std::span<const Array> in) const override;
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override;

@@ -8,6 +8,7 @@
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/shape_primitives.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/shape_polymorphic.h"
 #include "kiln/core/vulkan/gpu.h"
 
 namespace kiln {
@@ -129,6 +130,7 @@ class Transpose final : public PrimitiveWithParams<Transpose> {
   Transpose(Stream s, Axes perm) : PrimitiveWithParams(s), perm_(std::move(perm)) {}
   const char* name() const override { return "Transpose"; }
   auto params() const { return std::tie(perm_); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
   std::vector<Shape> output_shapes(std::span<const Array> in) const override {
     Shape shape;
     for (int p : perm_) shape.push_back(in[0].shape()[p]);
@@ -331,9 +333,17 @@ Array broadcast_to(const Array& a, const Shape& shape, StreamOrDevice s) {
 
 Array flatten(const Array& a, int start_axis, int end_axis, StreamOrDevice s) {
   detail::check_array("flatten", a);
+  // Axes are checked, never clamped (NumPy clamps no axis); a 0-d array counts as 1-d.
+  const int nd = std::max(a.ndim(), 1);
+  auto axis = [&](const char* name, int v) {
+    if (v < -nd || v >= nd)
+      throw ShapeError::of("flatten", "axis out of range",
+                           "{} {} for shape {} ({} dimensions; axes are not clamped)", name, v,
+                           shape_str(a.shape()), a.ndim());
+    return v < 0 ? v + nd : v;
+  };
+  const int b = axis("start_axis", start_axis), e = axis("end_axis", end_axis);
   if (a.ndim() == 0) return reshape(a, {1}, s);
-  const int b = normalize_axis("flatten", start_axis, a.ndim()),
-            e = normalize_axis("flatten", end_axis, a.ndim());
   if (b > e)
     throw ShapeError::of("flatten", "start_axis must not come after end_axis", "{} > {} for shape {}",
                          start_axis, end_axis, shape_str(a.shape()));

@@ -20,7 +20,9 @@ Array squeeze(const Array& a, int axis, StreamOrDevice s = {});
 Array expand_dims(const Array& a, const Axes& axes, StreamOrDevice s = {});
 Array expand_dims(const Array& a, int axis, StreamOrDevice s = {});
 Array broadcast_to(const Array& a, const Shape& shape, StreamOrDevice s = {});
-/// Merges axes start_axis..end_axis into one.
+/// Merges axes start_axis..end_axis (both included) into one. Nothing is clamped: both axes must
+/// lie in [-ndim, ndim) (flatten(x, 1, 3) of a 3-d x throws ShapeError) and start_axis must not
+/// come after end_axis (ShapeError); a 0-d array, taken as 1-d here, flattens to shape (1).
 Array flatten(const Array& a, int start_axis = 0, int end_axis = -1, StreamOrDevice s = {});
 
 /// Python slice with optional start/stop and a nonzero step; negative values count from the end.

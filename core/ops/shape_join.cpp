@@ -10,6 +10,7 @@
 #include "kiln/core/ops/shape_primitives.h"
 #include "kiln/core/ops/ternary.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/shape_polymorphic.h"
 #include "kiln/core/vulkan/gpu_gather.h"
 
 namespace kiln {
@@ -26,10 +27,21 @@ class Concatenate final : public PrimitiveWithParams<Concatenate> {
   Concatenate(Stream s, int axis) : PrimitiveWithParams(s), axis_(axis) {}
   const char* name() const override { return "Concatenate"; }
   auto params() const { return std::tie(axis_); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
+  // Checked as concatenate() checks: shapeless compile replays it on new shapes.
   std::vector<Shape> output_shapes(std::span<const Array> in) const override {
-    Shape shape = in[0].shape();
+    const Shape& first = in[0].shape();
+    Shape shape = first;
     shape[axis_] = 0;
-    for (const Array& x : in) shape[axis_] += x.shape()[axis_];
+    for (const Array& x : in) {
+      bool same = x.shape().size() == first.size();
+      for (size_t d = 0; same && d < first.size(); ++d)
+        same = static_cast<int>(d) == axis_ || x.shape()[d] == first[d];
+      if (!same)
+        throw ShapeError::of("concatenate", "shapes must match except along the axis",
+                             "{} and {} along axis {}", shape_str(first), shape_str(x.shape()), axis_);
+      shape[axis_] += x.shape()[axis_];
+    }
     return {shape};
   }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {

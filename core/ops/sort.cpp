@@ -12,6 +12,7 @@
 #include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/index.h"
 #include "kiln/core/primitive.h"
+#include "kiln/core/shape_polymorphic.h"
 #include "kiln/core/vulkan/gpu_sort.h"
 
 namespace kiln {
@@ -73,6 +74,7 @@ class Sort final : public PrimitiveWithParams<Sort> {
   Sort(Stream s, int axis) : PrimitiveWithParams(s), axis_(axis) {}
   const char* name() const override { return "Sort"; }
   auto params() const { return std::tie(axis_); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
   std::vector<Shape> output_shapes(std::span<const Array> in) const override { return {in[0].shape()}; }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     const Array& x = in[0];
@@ -131,6 +133,7 @@ class ArgSort final : public IndexPrimitive<ArgSort> {
   ArgSort(Stream s, int axis) : IndexPrimitive(s), axis_(axis) {}
   const char* name() const override { return "ArgSort"; }
   auto params() const { return std::tie(axis_); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
   std::vector<Shape> output_shapes(std::span<const Array> in) const override { return {in[0].shape()}; }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     const Array& x = in[0];

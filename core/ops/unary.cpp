@@ -58,7 +58,7 @@ struct Abs : UnaryOp<Abs> {
   static constexpr const char* kName = "Abs";
   static constexpr const char* kGlsl = "kiln_abs(x0)";
   static constexpr const char* kOpName = "abs";
-  static constexpr DtypeSet kTypes = kNumericTypes;
+  static constexpr DtypeSet kTypes = kAllTypes;  // bool is its own absolute value (NumPy's)
   template <class T>
   static T apply(T x) {
     if constexpr (std::is_unsigned_v<T>)

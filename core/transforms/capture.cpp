@@ -62,7 +62,8 @@ bool capturable(const CompiledGraph& g) {
   });
 }
 
-std::shared_ptr<const CapturedGraph> capture_graph(const CompiledGraph& g, const std::vector<Array>& inputs) {
+std::shared_ptr<const CapturedGraph> capture_graph(const CompiledGraph& g, const std::vector<Array>& inputs,
+                                                   bool shapeless) {
   auto c = std::make_shared<CapturedGraph>();
   const Stream gpu_stream = default_stream(Device::gpu);
   // Constants are computed once, outside the program (a weight the function closed over).
@@ -77,7 +78,7 @@ std::shared_ptr<const CapturedGraph> capture_graph(const CompiledGraph& g, const
   eval(c->slots_in);
   for (const Array& x : inputs) c->input_shapes.push_back(x.shape());
 
-  const std::vector<Array> outputs = replay(g, args, false);
+  const std::vector<Array> outputs = replay(g, args, shapeless);
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (g.outputs[k].kind != Ref::Kind::step) {
       c->output_slot.push_back(-1);

@@ -23,10 +23,11 @@ struct CapturedGraph {
 /// Whether g may be captured: every step runs on the GPU and none is a host callback.
 bool capturable(const CompiledGraph& g);
 
-/// Records g applied to inputs of these shapes and dtypes into a captured program (nothing runs).
-/// Throws when the graph cannot be captured (a step that reads GPU values on the host, no device):
-/// compile then keeps replaying it step by step.
-std::shared_ptr<const CapturedGraph> capture_graph(const CompiledGraph& g, const std::vector<Array>& inputs);
+/// Records g applied to inputs of these shapes and dtypes into a captured program (nothing runs);
+/// `shapeless` as for replay(). Throws when the graph cannot be captured (a step that reads GPU
+/// values on the host, no device): compile then keeps replaying it step by step.
+std::shared_ptr<const CapturedGraph> capture_graph(const CompiledGraph& g, const std::vector<Array>& inputs,
+                                                   bool shapeless);
 
 /// The outputs of g for `inputs` (shapes as captured) computed by one replay of the program: lazy
 /// arrays, as replay() returns.

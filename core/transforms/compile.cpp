@@ -2,21 +2,25 @@
 // fuse elementwise chains, cache by input signature, and replay.
 #include "kiln/core/compile.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <list>
 #include <mutex>
-#include <optional>
+#include <sstream>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "kiln/core/cpu/copy.h"
 #include "kiln/core/ops/cast.h"
+#include "kiln/core/random.h"
+#include "kiln/core/shape_polymorphic.h"
 #include "kiln/core/transforms/capture.h"
 #include "kiln/core/transforms/compiled_graph.h"
+#include "kiln/core/transforms/internal_key_draws.h"
 #include "kiln/core/transforms/trace.h"
 #include "kiln/core/vulkan/gpu.h"
 
@@ -45,6 +49,7 @@ class CompileInput final : public PrimitiveWithParams<CompileInput> {
 struct Signature {
   std::vector<Shape> shapes;  // ranks only (sizes zeroed) when shapeless
   std::vector<Dtype> dtypes;
+  Stream stream;  // where ops given no device run (set_default_device, a StreamScope): traced in
   bool operator==(const Signature&) const = default;
 };
 
@@ -55,6 +60,7 @@ Signature signature_of(const std::vector<Array>& inputs, bool shapeless) {
     s.shapes.push_back(shapeless ? Shape(a.ndim(), 0) : a.shape());
     s.dtypes.push_back(a.dtype());
   }
+  s.stream = to_stream({});
   return s;
 }
 
@@ -64,21 +70,34 @@ bool same_scalar_constant(const Array& a, const Array& b) {
   return std::memcmp(a.raw_data(), b.raw_data(), a.itemsize()) == 0;
 }
 
-// Traces fn and builds its simplified graph.
+// Traces fn and builds its simplified graph. Each key fn draws from the default sequence
+// (random::next_key()) is a placeholder too: an input after fn's own, which every call fills with
+// a fresh key, so the numbers drawn from it change from call to call as they do without compile.
 CompiledGraph trace(const ArrayFn& fn, const std::vector<Array>& inputs) {
   TraceScope scope;
   std::vector<Array> placeholders;
   std::unordered_map<const ArrayNode*, Ref> ref_of;
   std::unordered_set<const ArrayNode*> stop;
   CompiledGraph g;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    placeholders.push_back(
-        Array::make(inputs[i].shape(), inputs[i].dtype(), std::make_shared<CompileInput>(to_stream({})), {}));
-    ref_of.emplace(&placeholders.back().node(), Ref{Ref::Kind::input, static_cast<int>(i)});
+  auto add_input = [&](const Shape& shape, Dtype dtype) {
+    const Ref r{Ref::Kind::input, static_cast<int>(placeholders.size())};
+    placeholders.push_back(Array::make(shape, dtype, std::make_shared<CompileInput>(to_stream({})), {}));
+    ref_of.emplace(&placeholders.back().node(), r);
     stop.insert(&placeholders.back().node());
-    g.input_dtypes.push_back(inputs[i].dtype());
+    g.input_dtypes.push_back(dtype);
+    g.input_shapes.push_back(shape);
+    return placeholders.back();
+  };
+  for (const Array& a : inputs) add_input(a.shape(), a.dtype());
+  std::vector<Array> outputs;
+  {
+    const std::vector<Array> fn_inputs = placeholders;  // fn's own: the keys come after
+    const KeyDrawScope keys([&] {
+      ++g.keys;
+      return add_input({2}, uint32);
+    });
+    outputs = fn(fn_inputs);
   }
-  const std::vector<Array> outputs = fn(placeholders);
 
   const std::vector<TapeEntry> tape = build_tape(outputs, stop);
   std::unordered_set<const ArrayNode*> depends(stop.begin(), stop.end());
@@ -130,19 +149,99 @@ CompiledGraph trace(const ArrayFn& fn, const std::vector<Array>& inputs) {
   return g;
 }
 
-// Structural equality of two traced graphs (for checking that a shapeless graph serves new shapes).
-bool same_structure(const CompiledGraph& a, const CompiledGraph& b) {
-  if (a.steps.size() != b.steps.size() || a.outputs != b.outputs || a.constants.size() != b.constants.size())
-    return false;
-  for (size_t k = 0; k < a.steps.size(); ++k) {
-    const Step &s = a.steps[k], &t = b.steps[k];
-    if (s.inputs != t.inputs || s.dtypes != t.dtypes || !s.primitive->is_equivalent(*t.primitive))
-      return false;
+}  // namespace
+
+namespace {
+
+std::string shapes_str(std::span<const Shape> shapes) {
+  std::string out;
+  for (const Shape& s : shapes) out += (out.empty() ? "" : ", ") + shape_str(s);
+  return out;
+}
+
+std::string shapes_str(std::span<const Array> arrays) {
+  std::vector<Shape> shapes;
+  for (const Array& a : arrays) shapes.push_back(a.shape());
+  return shapes_str(shapes);
+}
+
+std::string describe(const Primitive& p) {
+  std::ostringstream os;
+  p.print(os);
+  return os.str();
+}
+
+// What a shapeless replay knows about the call's input shapes against the traced ones.
+struct ShapeChange {
+  std::vector<int64_t> sizes;  // the traced sizes of the input dimensions that changed
+  std::vector<char> moved;     // per step: it depends on an input whose shape changed
+};
+
+[[noreturn]] void refuse(const CompiledGraph& g, size_t k, std::span<const Array> args,
+                         std::span<const Array> inputs, const std::string& why) {
+  const size_t own = g.input_shapes.size() - static_cast<size_t>(g.keys);
+  throw ShapeError::of(
+      "compile", "a shapeless compiled function cannot serve these input shapes",
+      "the function traced with inputs ({}) is called with ({}): its step {}, {}, gets inputs ({}) "
+      "and {}; compile it with shapeless = false",
+      shapes_str(std::span<const Shape>(g.input_shapes.data(), own)), shapes_str(inputs.first(own)), k,
+      describe(*g.steps[k].primitive), shapes_str(args), why);
+}
+
+// The output shapes of step k of a shapeless graph for `args` (its inputs at this call). A
+// shape-polymorphic primitive infers them. Any other primitive holds sizes of the traced shapes
+// (a reshape or broadcast target, slice bounds, a sample's shape): it serves only inputs of its
+// traced shapes, and not even those when it depends on an input whose shape changed and holds one
+// of the sizes that changed (a broadcast back to x.shape() in a gradient: the size came from x).
+std::vector<Shape> shapeless_step_shapes(const CompiledGraph& g, size_t k, std::span<const Array> args,
+                                         std::span<const Array> inputs, ShapeChange& change) {
+  const Step& s = g.steps[k];
+  std::vector<Shape> traced;
+  bool moved = false;
+  for (const Ref& r : s.inputs) {
+    switch (r.kind) {
+      case Ref::Kind::input:
+        traced.push_back(g.input_shapes[r.index]);
+        moved = moved || inputs[r.index].shape() != g.input_shapes[r.index];
+        break;
+      case Ref::Kind::constant:
+        traced.push_back(g.constants[r.index].shape());
+        break;
+      case Ref::Kind::step:
+        traced.push_back(g.steps[r.index].shapes[r.output]);
+        moved = moved || change.moved[r.index];
+        break;
+    }
   }
-  for (size_t c = 0; c < a.constants.size(); ++c)
-    if (a.constants[c].id() != b.constants[c].id() && !same_scalar_constant(a.constants[c], b.constants[c]))
-      return false;
-  return true;
+  change.moved[k] = moved;
+  bool same = true;
+  for (size_t i = 0; i < args.size() && same; ++i) same = args[i].shape() == traced[i];
+  const bool polymorphic = is_shape_polymorphic(*s.primitive);
+  if (same) {
+    // A random sample depends only on its key, whose shape never changes: its sample shape may still
+    // hold a size of the traced inputs (dropout's mask), so it is checked as if its input moved.
+    if (!polymorphic && (moved || s.primitive->has(Trait::random)))
+      for (const Shape& out : s.shapes)
+        for (int64_t d : out)
+          if (std::find(change.sizes.begin(), change.sizes.end(), d) != change.sizes.end())
+            refuse(g, k, args, inputs,
+                   fmt::format(
+                       "depends on an input whose shape changed while it holds the size {} of the traced "
+                       "shapes, which changed (a shape read from one value and applied to another)",
+                       d));
+    return s.shapes;
+  }
+  if (!polymorphic)
+    refuse(g, k, args, inputs,
+           fmt::format(
+               "holds sizes of the traced shapes (a reshape or broadcast target, slice bounds), where it "
+               "was traced with ({})",
+               shapes_str(traced)));
+  try {
+    return s.primitive->output_shapes(args);
+  } catch (const Error& e) {
+    refuse(g, k, args, inputs, fmt::format("cannot take them: {}", e.what()));
+  }
 }
 
 }  // namespace
@@ -160,16 +259,46 @@ std::vector<Array> replay(const CompiledGraph& g, const std::vector<Array>& inpu
     }
     return values[r.index][r.output];
   };
+  // Shapeless with other shapes than traced: what changed. Traced shapes replay as traced.
+  bool reshaped = false;
+  ShapeChange change;
+  if (shapeless)
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Shape &now = inputs[i].shape(), &then = g.input_shapes[i];
+      for (size_t d = 0; d < now.size(); ++d)
+        if (now[d] != then[d]) {
+          reshaped = true;
+          change.sizes.push_back(then[d]);
+        }
+    }
+  if (reshaped) change.moved.assign(g.steps.size(), 0);
   for (size_t k = 0; k < g.steps.size(); ++k) {
     const Step& s = g.steps[k];
     std::vector<Array> args;
     args.reserve(s.inputs.size());
     for (const Ref& r : s.inputs) args.push_back(resolve(r));
-    std::vector<Shape> shapes = shapeless ? s.primitive->output_shapes(args) : s.shapes;
+    std::vector<Shape> shapes = reshaped ? shapeless_step_shapes(g, k, args, inputs, change) : s.shapes;
     values[k] = Array::make_many(std::move(shapes), s.dtypes, s.primitive, std::move(args));
   }
   std::vector<Array> out;
-  for (const Ref& r : g.outputs) out.push_back(resolve(r));
+  for (const Ref& r : g.outputs) {
+    // An output that does not depend on the inputs keeps its traced shape: refused when that shape
+    // holds a size that changed (zeros(x.shape()), the gradient of sum(x)).
+    if (reshaped && r.kind == Ref::Kind::constant)
+      for (int64_t d : g.constants[r.index].shape())
+        if (std::find(change.sizes.begin(), change.sizes.end(), d) != change.sizes.end()) {
+          const size_t own = g.input_shapes.size() - static_cast<size_t>(g.keys);
+          throw ShapeError::of("compile", "a shapeless compiled function cannot serve these input shapes",
+                               "the function traced with inputs ({}) is called with ({}): its output {} does "
+                               "not depend on the "
+                               "inputs and has the traced shape {}, with the size {}, which changed; compile "
+                               "it with shapeless = false",
+                               shapes_str(std::span<const Shape>(g.input_shapes.data(), own)),
+                               shapes_str(std::span<const Array>(inputs).first(own)), out.size(),
+                               shape_str(g.constants[r.index].shape()), d);
+        }
+    out.push_back(resolve(r));
+  }
   return out;
 }
 
@@ -191,9 +320,7 @@ bool capture_enabled() {
 struct CompileState {
   struct Entry {
     Signature signature;
-    CompiledGraph traced;  // before fusion: what new shapes are compared against
-    std::shared_ptr<const CompiledGraph> fused;
-    std::vector<std::vector<Shape>> verified;  // shapeless: input shapes known to give this graph
+    std::shared_ptr<const CompiledGraph> graph;  // simplified and fused
     std::shared_ptr<CaptureCell> capture = std::make_shared<CaptureCell>();
   };
   static constexpr size_t kMaxEntries = 32;
@@ -223,8 +350,10 @@ struct CompileState {
       return nullptr;
     }
     try {
-      cell.graph = capture_graph(graph, inputs);
+      cell.graph = capture_graph(graph, inputs, shapeless);
       ++captures;
+    } catch (const ShapeError&) {
+      throw;  // shapes a shapeless graph cannot serve: this call fails, a later one may capture
     } catch (const Error& e) {
       cell.failed = true;  // e.g. a step that reads GPU values on the host
       if (std::getenv("KILN_DEBUG_CAPTURE")) std::fprintf(stderr, "capture failed: %s\n", e.what());
@@ -232,58 +361,55 @@ struct CompileState {
     return cell.graph;
   }
 
-  std::vector<Shape> shapes_of(const std::vector<Array>& inputs) {
+  static std::vector<Shape> shapes_of(const std::vector<Array>& inputs) {
     std::vector<Shape> s;
+    s.reserve(inputs.size());
     for (const Array& a : inputs) s.push_back(a.shape());
     return s;
   }
 
   std::vector<Array> call(const std::vector<Array>& inputs) {
     const Signature sig = signature_of(inputs, shapeless);
-    // The inputs' shapes: the signature's own unless it keeps ranks only (a step with a few
-    // hundred inputs copied them twice a call).
-    const std::vector<Shape> shapeless_shapes = shapeless ? shapes_of(inputs) : std::vector<Shape>{};
-    const std::vector<Shape>& shapes = shapeless ? shapeless_shapes : sig.shapes;
     std::shared_ptr<const CompiledGraph> graph;
     std::shared_ptr<CaptureCell> capture;
-    std::optional<CompiledGraph> to_verify;  // shapeless, new shapes: the traced graph to compare with
     {
       std::lock_guard lock(mu);
       for (auto it = entries.begin(); it != entries.end(); ++it) {
         if (it->signature != sig) continue;
         entries.splice(entries.begin(), entries, it);
-        graph = it->fused;
+        graph = it->graph;
         capture = it->capture;
-        if (shapeless && std::find(it->verified.begin(), it->verified.end(), shapes) == it->verified.end())
-          to_verify = it->traced;
         break;
       }
     }
-    if (to_verify) {
-      // New shapes for a shapeless graph: trace once more (outside the lock) and compare.
-      ++traces;
-      if (!same_structure(*to_verify, trace(fn, inputs)))
-        throw ShapeError::of("compile",
-                             "a shapeless compiled function builds a different graph for new shapes",
-                             "its graph depends on input shapes (reshape targets, sizes read from shape()); "
-                             "compile it with shapeless = false");
-      std::lock_guard lock(mu);
-      for (auto& e : entries)
-        if (e.signature == sig) e.verified.push_back(shapes);
-    }
     if (!graph) {
+      // Traced once per signature (outside the lock); a shapeless graph then serves every shape
+      // of its dtypes and ranks by inferring shapes through it (replay), without tracing again.
       ++traces;
-      CompiledGraph traced = trace(fn, inputs);
-      graph = std::make_shared<const CompiledGraph>(fuse_elementwise(traced));
+      graph = std::make_shared<const CompiledGraph>(fuse_elementwise(trace(fn, inputs)));
       ++compiles;
-      Entry e{sig, std::move(traced), graph, {shapes}};
+      Entry e{sig, graph};
       capture = e.capture;
       std::lock_guard lock(mu);
       entries.push_front(std::move(e));
       if (entries.size() > kMaxEntries) entries.pop_back();
     }
-    if (auto c = captured(*capture, *graph, inputs, shapes)) return replay_captured(c, *graph, inputs);
-    return replay(*graph, inputs, shapeless);
+    // The keys the trace drew from the default sequence, drawn afresh for this call and in the
+    // trace's order: the same keys the function would draw uncompiled.
+    std::vector<Array> with_keys;
+    if (graph->keys > 0) {
+      with_keys.reserve(inputs.size() + static_cast<size_t>(graph->keys));
+      with_keys = inputs;
+      for (int k = 0; k < graph->keys; ++k) with_keys.push_back(random::next_key());
+    }
+    const std::vector<Array>& all = graph->keys > 0 ? with_keys : inputs;
+    // The inputs' shapes: the signature's own unless it keeps ranks only or lacks the keys (a step
+    // with a few hundred inputs copied them twice a call).
+    const bool own_shapes = !shapeless && graph->keys == 0;
+    const std::vector<Shape> other_shapes = own_shapes ? std::vector<Shape>{} : shapes_of(all);
+    const std::vector<Shape>& shapes = own_shapes ? sig.shapes : other_shapes;
+    if (auto c = captured(*capture, *graph, all, shapes)) return replay_captured(c, *graph, all);
+    return replay(*graph, all, shapeless);
   }
 };
 

@@ -24,7 +24,11 @@ struct Step {
 };
 
 struct CompiledGraph {
+  // The inputs as traced: the function's own, then `keys` keys (uint32, shape (2,)) standing for
+  // the random::next_key() draws of its trace, which every call fills with fresh keys.
   std::vector<Dtype> input_dtypes;
+  std::vector<Shape> input_shapes;
+  int keys = 0;
   std::vector<Step> steps;
   std::vector<Array> constants;
   std::vector<Ref> outputs;
@@ -35,7 +39,8 @@ struct CompiledGraph {
 CompiledGraph fuse_elementwise(const CompiledGraph& g);
 
 /// Builds the arrays of `g` applied to `inputs`; with `shapeless`, output shapes come from each
-/// primitive's output_shapes instead of the traced shapes.
+/// shape-polymorphic primitive's output_shapes instead of the traced shapes, and a step of any other
+/// primitive whose input shapes differ from the traced ones throws ShapeError (nothing is evaluated).
 std::vector<Array> replay(const CompiledGraph& g, const std::vector<Array>& inputs, bool shapeless);
 
 }  // namespace kiln::detail

@@ -466,6 +466,8 @@ CompiledGraph fuse_elementwise(const CompiledGraph& g) {
   // Rebuild: unfused steps are copied, each group becomes one step at its root's position.
   CompiledGraph out;
   out.input_dtypes = g.input_dtypes;
+  out.input_shapes = g.input_shapes;
+  out.keys = g.keys;
   out.constants = g.constants;
   std::vector<int> new_index(n, -1);
   auto remap = [&](Ref r) {

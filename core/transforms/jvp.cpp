@@ -1,5 +1,6 @@
 // Forward-mode autodiff: trace fn on tracer copies of the primals, then walk the traced graph in
 // topological order asking each primitive that depends on a primal for its jvp.
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -28,7 +29,9 @@ std::pair<std::vector<Array>, std::vector<Array>> jvp(const ArrayFn& fn, const s
   for (size_t i = 0; i < primals.size(); ++i) {
     tracers.push_back(detail::make_tracer(primals[i], "jvp"));
     primal_set.insert(&tracers.back().node());
-    tan.emplace(&tracers.back().node(), tangents[i]);
+    // Only floats carry tangents (JAX's float0): an integer or bool primal's tangent is zero, and
+    // so is the tangent of every integer or bool value (astype(x, int32) included), as in vjp.
+    if (is_floating(tracers.back().dtype())) tan.emplace(&tracers.back().node(), tangents[i]);
   }
   std::vector<Array> outputs = fn(tracers);
 
@@ -48,7 +51,9 @@ std::pair<std::vector<Array>, std::vector<Array>> jvp(const ArrayFn& fn, const s
     if (argnums.empty()) continue;
     std::vector<Array> outs = e.array.node().group ? e.array.outputs() : std::vector<Array>{e.array};
     if (outs.size() > 1 && !done_groups.insert(e.array.node().group.get()).second) continue;
-    if (e.primitive->has(Trait::stop_gradient)) {
+    const bool any_float =
+        std::any_of(outs.begin(), outs.end(), [](const Array& o) { return is_floating(o.dtype()); });
+    if (e.primitive->has(Trait::stop_gradient) || !any_float) {
       for (const Array& o : outs) tan.emplace(&o.node(), zeros_like(o));
       continue;
     }
@@ -61,7 +66,8 @@ std::pair<std::vector<Array>, std::vector<Array>> jvp(const ArrayFn& fn, const s
         throw RuntimeError::of("jvp", "a primitive's jvp returned a tangent of the wrong shape",
                                "{}: {} for {}", e.primitive->name(), shape_str(out_tangents[j].shape()),
                                shape_str(outs[j].shape()));
-      tan.emplace(&outs[j].node(), std::move(out_tangents[j]));
+      tan.emplace(&outs[j].node(),
+                  is_floating(outs[j].dtype()) ? std::move(out_tangents[j]) : zeros_like(outs[j]));
     }
   }
 

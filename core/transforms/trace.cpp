@@ -2,6 +2,8 @@
 
 #include <mutex>
 
+#include "kiln/core/shape_polymorphic.h"
+
 namespace kiln::detail {
 namespace {
 
@@ -11,6 +13,7 @@ class TraceInput final : public PrimitiveWithParams<TraceInput> {
   using PrimitiveWithParams::PrimitiveWithParams;
   const char* name() const override { return "TraceInput"; }
   auto params() const { return std::tuple<>(); }
+  uint32_t traits() const override { return static_cast<uint32_t>(shape_polymorphic_trait); }
   std::vector<Shape> output_shapes(std::span<const Array> in) const override { return {in[0].shape()}; }
   void eval_cpu(std::span<const Array> in, std::span<Array> out) const override {
     out[0].set_view(in[0], in[0].strides(), 0);

@@ -37,7 +37,10 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(
   const std::vector<TapeEntry> tape = build_tape(outputs, primal_set);
   // Forward: which nodes depend on a primal. Only floating nodes carry gradients: a bool mask or
   // an integer index built from a primal is flat in it (JAX's float0), so the walk stops there.
-  std::unordered_set<const ArrayNode*> depends(primal_set.begin(), primal_set.end());
+  // An integer or bool primal is flat too: its gradient is zero (jvp gives it a zero tangent).
+  std::unordered_set<const ArrayNode*> depends;
+  for (const Array& t : tracers)
+    if (is_floating(t.dtype())) depends.insert(&t.node());
   for (const TapeEntry& e : tape) {
     if (!is_floating(e.array.dtype())) continue;
     for (const Array& in : e.inputs)
@@ -53,9 +56,16 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(
     const TapeEntry& e = tape[k];
     const Array& n = e.array;
     const auto& prim = e.primitive;
-    if (!prim || primal_set.count(&n.node()) || !depends.count(&n.node())) continue;
+    if (!prim || primal_set.count(&n.node())) continue;
+    // A group runs at its first output in the tape, which may be an integer output that carries
+    // nothing itself (a custom function returning a value and an argmax): any float output counts.
+    const bool grouped = static_cast<bool>(n.node().group);
+    if (!grouped && !depends.count(&n.node())) continue;
     if (prim->has(Trait::stop_gradient)) continue;
-    std::vector<Array> outs = n.node().group ? n.outputs() : std::vector<Array>{n};
+    std::vector<Array> outs = grouped ? n.outputs() : std::vector<Array>{n};
+    if (grouped &&
+        std::none_of(outs.begin(), outs.end(), [&](const Array& o) { return depends.count(&o.node()) > 0; }))
+      continue;
     if (outs.size() > 1 &&
         (!is_first_of_group(tape, k, outs) || !done_groups.insert(n.node().group.get()).second))
       continue;

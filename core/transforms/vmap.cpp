@@ -21,6 +21,10 @@ struct Batched {
 }  // namespace
 
 ArrayFn vmap(ArrayFn fn, std::vector<int> in_axes, std::vector<int> out_axes) {
+  for (size_t i = 0; i < in_axes.size(); ++i)
+    if (in_axes[i] < -1)
+      throw ValueError::of("vmap", "in_axes entries are axes >= 0, or -1 for an unbatched input",
+                           "in_axes[{}] is {}", i, in_axes[i]);
   return [fn = std::move(fn), in_axes = std::move(in_axes),
           out_axes = std::move(out_axes)](const std::vector<Array>& inputs) {
     const size_t n = inputs.size();
@@ -108,7 +112,12 @@ ArrayFn vmap(ArrayFn fn, std::vector<int> in_axes, std::vector<int> out_axes) {
         shape.insert(shape.begin(), batch);
         out = broadcast_to(expand_dims(outputs[j], 0), shape);
       }
-      const int target = normalize_axis("vmap", out_axes.empty() ? 0 : out_axes[j], out.ndim());
+      const int requested = out_axes.empty() ? 0 : out_axes[j];
+      if (requested < -out.ndim() || requested >= out.ndim())
+        throw ValueError::of("vmap", "out_axes entry out of range",
+                             "out_axes[{}] is {} for an output of shape {}", j, requested,
+                             shape_str(out.shape()));
+      const int target = requested < 0 ? requested + out.ndim() : requested;
       result.push_back(axis == target ? out : moveaxis(out, axis, target));
     }
     return result;

@@ -61,8 +61,8 @@ void keyed_elementwise(std::string_view body, Dtype compute, const Array& keys, 
 void random_permutation(const Array& keys, int64_t n, Array& out);
 /// out = alpha * a @ b + beta * addend with a [.., M, K], b [.., K, N]; batch dims and the addend
 /// broadcast to out's shape (float32). The addend is read only when beta != 0.
-void matmul(const Array& a, const Array& b, Array& out, const Array* addend = nullptr, float alpha = 1.0f,
-            float beta = 0.0f);
+void matmul(const Array& a, const Array& b, Array& out, const Array* addend = nullptr, double alpha = 1.0,
+            double beta = 0.0);
 /// out = x @ w^T + bias (Linear): x [.., in], w [units, in], bias [units] or null; float32.
 void linear(const Array& x, const Array& w, const Array* bias, Array& out);
 

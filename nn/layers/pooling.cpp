@@ -1,12 +1,9 @@
 #include "kiln/nn/layers/pooling.h"
 
 #include <algorithm>
-#include <vector>
+#include <array>
 
 #include "kiln/core/error.h"
-#include "kiln/core/ops/binary.h"
-#include "kiln/core/ops/conv.h"
-#include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/pooling.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/shape.h"
@@ -49,21 +46,6 @@ Geometry prepare(const char* layer, const Array& x, IntPair k, IntPair s, IntPai
     throw ShapeError::of(layer, "output size would be < 1", "input {}, kernel ({}, {}), output ({}, {})",
                          shape_str(x.shape()), k.h, k.w, g.oh, g.ow);
   return g;
-}
-
-// The input padded with `value` on the left by p and cut or padded on the right so that its
-// spatial extent is exactly what the windows cover: (out - 1) s + d (k - 1) + 1.
-Array padded(const Geometry& g, IntPair k, IntPair s, IntPair p, IntPair d, double value) {
-  const int64_t h = g.x.shape(2), w = g.x.shape(3);
-  const int64_t need_h = (g.oh - 1) * s.h + static_cast<int64_t>(d.h) * (k.h - 1) + 1;
-  const int64_t need_w = (g.ow - 1) * s.w + static_cast<int64_t>(d.w) * (k.w - 1) + 1;
-  const int64_t hi_h = need_h - h - p.h, hi_w = need_w - w - p.w;
-  Array xp = g.x;
-  if (p.h > 0 || p.w > 0 || hi_h > 0 || hi_w > 0)
-    xp = pad(xp, {{0, 0}, {0, 0}, {p.h, std::max<int64_t>(hi_h, 0)}, {p.w, std::max<int64_t>(hi_w, 0)}},
-             value);
-  if (hi_h < 0 || hi_w < 0) xp = slice(xp, {0, 0, 0, 0}, {xp.shape(0), xp.shape(1), need_h, need_w});
-  return xp;
 }
 
 void check_padding(const char* layer, IntPair k, IntPair p, IntPair d) {
@@ -115,32 +97,11 @@ AvgPool2d::AvgPool2d(IntPair kernel_size, AvgPool2dOptions o)
 }
 
 Array AvgPool2d::operator()(const Array& x) const {
-  const IntPair d(1);
-  const Geometry g = prepare("AvgPool2d", x, k_, stride_, padding_, d, ceil_mode_);
-  const Array xp = padded(g, k_, stride_, padding_, d, 0.0);
-  const int64_t n = xp.shape(0), c = xp.shape(1);
-  // Window sums as a convolution of each channel with a ones kernel: im2col + GEMM, and conv2d's
-  // vjp is the gradient.
-  const Array planes = reshape(xp, {n * c, 1, xp.shape(2), xp.shape(3)});
-  const Array sums = conv2d(planes, ones({1, 1, k_.h, k_.w}, x.dtype()), {stride_.h, stride_.w});
-  // The divisor of window (i, j) factors into a row part and a column part (PyTorch's avg_pool2d).
-  auto extents = [&](int64_t out, int64_t in, int k, int s, int p) {
-    std::vector<double> pool(out), real(out);
-    for (int64_t i = 0; i < out; ++i) {
-      const int64_t start = i * s - p, end = std::min<int64_t>(start + k, in + p);
-      pool[i] = static_cast<double>(end - start);
-      real[i] = static_cast<double>(std::min<int64_t>(end, in) - std::max<int64_t>(start, 0));
-    }
-    return count_include_pad_ ? pool : real;
-  };
-  const auto rows = extents(g.oh, g.x.shape(2), k_.h, stride_.h, padding_.h);
-  const auto cols = extents(g.ow, g.x.shape(3), k_.w, stride_.w, padding_.w);
-  std::vector<double> divisor(static_cast<size_t>(g.oh * g.ow));
-  for (int64_t i = 0; i < g.oh; ++i)
-    for (int64_t j = 0; j < g.ow; ++j)
-      divisor[i * g.ow + j] = divisor_override_ ? *divisor_override_ : rows[i] * cols[j];
-  const Array y = reshape(sums, {n, c, g.oh, g.ow}) / Array(divisor, {g.oh, g.ow}, x.dtype());
-  return x.ndim() == 3 ? squeeze(y, Axes{0}) : y;
+  // prepare() keeps the layer's checks and messages; the windows, divisors and rules are core
+  // avg_pool2d's.
+  prepare("AvgPool2d", x, k_, stride_, padding_, IntPair(1), ceil_mode_);
+  return avg_pool2d(x, {k_.h, k_.w}, std::array<int, 2>{stride_.h, stride_.w}, {padding_.h, padding_.w},
+                    ceil_mode_, count_include_pad_, divisor_override_);
 }
 
 }  // namespace kiln::nn

@@ -1,8 +1,8 @@
 #pragma once
 // 2-d pooling layers, as torch.nn.MaxPool2d and AvgPool2d, over (N, C, H, W) or unbatched
 // (C, H, W) floating-point input. MaxPool2d runs core max_pool2d (one primitive, one pass each
-// way); AvgPool2d is a composition of core ops. Both are lazy and differentiable (grad, jvp, vmap)
-// and hold no parameters.
+// way), AvgPool2d core avg_pool2d (a composition of core ops). Both are lazy and differentiable
+// (grad, jvp, vmap) and hold no parameters. 1-d, 3-d and adaptive pooling: pooling_more.h.
 //
 //   kiln::nn::MaxPool2d pool(2);                          // stride defaults to the kernel size
 //   kiln::nn::AvgPool2d avg(3, {.stride = 2, .padding = 1, .count_include_pad = false});

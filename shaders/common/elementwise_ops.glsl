@@ -78,7 +78,7 @@ float kiln_nan() { return uintBitsToFloat(0x7FC00000u); }
   T kiln_sign(T x) { return isnan(x) ? x : sign(x); }                                      \
   T kiln_floor(T x) { return floor(x); }                                                   \
   T kiln_ceil(T x) { return ceil(x); }                                                     \
-  T kiln_round(T x) { return roundEven(x); }                                               \
+  T kiln_round(T x) { return kiln_round_half_even(x); }                                     \
   T kiln_sqrt(T x) { return sqrt(x); }                                                     \
   T kiln_rsqrt(T x) { return one / sqrt(x); }                                              \
   bool kiln_isnan(T x) { return isnan(x); }                                                \
@@ -100,6 +100,43 @@ float kiln_nan() { return uintBitsToFloat(0x7FC00000u); }
     if (r != zero && ((r < zero) != (b < zero))) r += b;                                    \
     return r;                                                                               \
   }
+
+// Round half to even by the add that IEEE rounds to nearest even (Vulkan's adds are correctly
+// rounded in the default round-to-nearest-even mode, which the double math below assumes too): for
+// 0 <= a < 2^23 (2^52 for double), a + 2^23 lies where the spacing is 1, so the sum
+// is a rounded to an integer, ties to even, and subtracting 2^23 again is exact (`precise` keeps
+// the two from folding). Not GLSL's roundEven: lavapipe's roundEven of doubles depends on the
+// host's vector extensions (on an AVX2-only host 0.5, 1.5 and 2.5 gave 0, 1 and 2). Past 2^23 every
+// value is an integer. The sign goes back on by its bit: -0.4 and -0.5 give -0, as the CPU's
+// nearbyint does.
+float kiln_round_half_even(float x) {
+  const float a = abs(x);
+  if (!(a < 8388608.0)) return x;  // integral, infinite or NaN
+  precise const float r = (a + 8388608.0) - 8388608.0;
+  return uintBitsToFloat(floatBitsToUint(r) | (floatBitsToUint(x) & 0x80000000u));
+}
+#ifdef KILN_HAS_FLOAT64
+double kiln_round_half_even(double x) {
+  const double a = abs(x);
+  if (!(a < 4503599627370496.0LF)) return x;
+  precise const double r = (a + 4503599627370496.0LF) - 4503599627370496.0LF;
+  const uvec2 rb = unpackDouble2x32(r);
+  return packDouble2x32(uvec2(rb.x, rb.y | (unpackDouble2x32(x).y & 0x80000000u)));
+}
+#endif
+
+// Shifts as the CPU's (core/ops/bitwise.cpp): a count outside [0, width) gives 0, or -1 for a right
+// shift of a negative value (GLSL leaves such shifts undefined).
+int kiln_left_shift(int a, int b) { return (b < 0 || b >= 32) ? 0 : a << b; }
+int kiln_right_shift(int a, int b) { return (b < 0 || b >= 32) ? (a < 0 ? -1 : 0) : a >> b; }
+uint kiln_left_shift(uint a, uint b) { return b >= 32u ? 0u : a << b; }
+uint kiln_right_shift(uint a, uint b) { return b >= 32u ? 0u : a >> b; }
+#ifdef KILN_HAS_INT64
+int64_t kiln_left_shift(int64_t a, int64_t b) { return (b < 0 || b >= 64) ? int64_t(0) : a << b; }
+int64_t kiln_right_shift(int64_t a, int64_t b) {
+  return (b < 0 || b >= 64) ? (a < 0 ? int64_t(-1) : int64_t(0)) : a >> b;
+}
+#endif
 
 KILN_NONZERO(float, 0.0)
 KILN_NONZERO(int, 0)
@@ -269,6 +306,98 @@ float kiln_arctan2(float y, float x) {
   return atan(y, x);
 }
 
+// ---------------------------------------------------------------- inverse trig, hyperbolic, logs
+//
+// One body for float and double (stamped by KILN_MORE_FLOAT after each type's exp, log, expm1,
+// log1p and arctan2 exist): fdlibm's forms, accurate near 0 and free of overflow for large |x|.
+// Past 2^28 asinh and acosh are log(|x|) + ln 2. arcsin and arccos are arctan2 of
+// (x, sqrt((1 - x)(1 + x))); log2 splits off the exponent (exact at powers of 2).
+#define KILN_MORE_FLOAT(T, LN2, INV_LN2, INV_LN10, INF, NAN, NORMAL_MIN, SUBNORMAL_SCALE, SUBNORMAL_BITS) \
+  T kiln_with_sign_of(T r, T x) { return x < T(0) ? -r : (x == T(0) ? x : r); }                 \
+  /* Outside [-1, 1] (and NaN) sqrt of a negative is left undefined by Vulkan: NaN explicitly. */  \
+  T kiln_arcsin(T x) {                                                                          \
+    if (!(abs(x) <= T(1))) return NAN;                                                          \
+    return kiln_with_sign_of(kiln_arctan2(abs(x), sqrt((T(1) - x) * (T(1) + x))), x);           \
+  }                                                                                             \
+  T kiln_arccos(T x) {                                                                          \
+    if (!(abs(x) <= T(1))) return NAN;                                                          \
+    return kiln_arctan2(sqrt((T(1) - x) * (T(1) + x)), x);                                      \
+  }                                                                                             \
+  T kiln_arctan(T x) { return kiln_with_sign_of(kiln_arctan2(abs(x), T(1)), x); }               \
+  T kiln_sinh(T x) {                                                                            \
+    const T a = abs(x);                                                                         \
+    T r;                                                                                        \
+    if (a < T(22)) {                                                                            \
+      const T t = kiln_expm1(a);                                                                \
+      r = T(0.5) * (t + t / (t + T(1)));                                                        \
+    } else {                                                                                    \
+      const T h = kiln_exp(T(0.5) * a);                                                         \
+      r = (T(0.5) * h) * h;                                                                     \
+    }                                                                                           \
+    return kiln_with_sign_of(r, x);                                                             \
+  }                                                                                             \
+  T kiln_cosh(T x) {                                                                            \
+    const T a = abs(x);                                                                         \
+    if (a < T(22)) {                                                                            \
+      const T e = kiln_exp(a);                                                                  \
+      return T(0.5) * (e + T(1) / e);                                                           \
+    }                                                                                           \
+    const T h = kiln_exp(T(0.5) * a);                                                           \
+    return (T(0.5) * h) * h;                                                                    \
+  }                                                                                             \
+  T kiln_arcsinh(T x) {                                                                         \
+    const T a = abs(x);                                                                         \
+    T r;                                                                                        \
+    if (a > T(268435456))                                                                       \
+      r = kiln_log(a) + LN2;                                                                    \
+    else if (a > T(2))                                                                          \
+      r = kiln_log(T(2) * a + T(1) / (sqrt(a * a + T(1)) + a));                                 \
+    else                                                                                        \
+      r = kiln_log1p(a + a * a / (T(1) + sqrt(T(1) + a * a)));                                  \
+    return kiln_with_sign_of(r, x);                                                             \
+  }                                                                                             \
+  T kiln_arccosh(T x) {                                                                         \
+    if (!(x >= T(1))) return NAN;                                                               \
+    if (x > T(268435456)) return kiln_log(x) + LN2;                                             \
+    if (x > T(2)) return kiln_log(T(2) * x - T(1) / (x + sqrt(x * x - T(1))));                  \
+    const T t = x - T(1);                                                                       \
+    return kiln_log1p(t + sqrt(T(2) * t + t * t));                                              \
+  }                                                                                             \
+  T kiln_arctanh(T x) {                                                                         \
+    const T a = abs(x);                                                                         \
+    if (!(a <= T(1))) return NAN;                                                               \
+    if (a == T(1)) return x > T(0) ? INF : -INF;                                                \
+    const T r = a < T(0.5) ? T(0.5) * kiln_log1p(T(2) * a + T(2) * a * a / (T(1) - a))          \
+                           : T(0.5) * kiln_log1p(T(2) * a / (T(1) - a));                        \
+    return kiln_with_sign_of(r, x);                                                             \
+  }                                                                                             \
+  /* x = m 2^e with m in [sqrt(1/2), sqrt(2)): e + log1p(m - 1) / ln 2, m - 1 exact (Sterbenz), */ \
+  /* so powers of 2 are exact and nothing cancels below them; subnormals are scaled up first.   */ \
+  T kiln_log2(T x) {                                                                            \
+    if (!(x > T(0)) || isinf(x)) return kiln_log(x) * INV_LN2; /* 0, < 0, inf, NaN */           \
+    int shift = 0;                                                                              \
+    if (x < NORMAL_MIN) {                                                                       \
+      x *= SUBNORMAL_SCALE;                                                                     \
+      shift = SUBNORMAL_BITS;                                                                   \
+    }                                                                                           \
+    int e;                                                                                      \
+    T m = frexp(x, e); /* m in [0.5, 1) */                                                      \
+    if (m < T(0.70710678118654752)) {                                                           \
+      m *= T(2);                                                                                \
+      e -= 1;                                                                                   \
+    }                                                                                           \
+    return T(e - shift) + kiln_log1p(m - T(1)) * INV_LN2;                                       \
+  }                                                                                             \
+  T kiln_log10(T x) { return kiln_log(x) * INV_LN10; }                                          \
+  T kiln_logaddexp(T a, T b) {                                                                  \
+    if (kiln_nan_bits(a) || kiln_nan_bits(b)) return a + b;                                     \
+    if (a == b) return a + LN2; /* also equal infinities, where a - b is NaN */                 \
+    return max(a, b) + kiln_log1p(kiln_exp(-abs(a - b)));                                       \
+  }
+
+KILN_MORE_FLOAT(float, 0.6931471805599453, 1.4426950408889634, 0.4342944819032518, kiln_inf(), kiln_nan(),
+                1.1754943508222875e-38, 16777216.0, 24)
+
 // ---------------------------------------------------------------- double transcendentals
 //
 // GLSL has no double-precision exp, log, sin, ...: these are fdlibm's algorithms (Sun
@@ -319,7 +448,7 @@ double kiln_exp_of_sum(double x, double x_lo) {
   if (isnan(x)) return x;
   if (x > 709.8LF) return kiln_inf_d();
   if (x < -745.2LF) return 0.0LF;
-  const double k = roundEven(x * 1.44269504088896338700e+00LF);
+  const double k = kiln_round_half_even(x * 1.44269504088896338700e+00LF);
   precise const double hi = x - k * 6.93147180369123816490e-01LF;
   precise const double lo = k * 1.90821492927058770002e-10LF - x_lo;
   return kiln_exp_reduced(hi, lo, int(k));
@@ -429,7 +558,7 @@ double kiln_sigmoid(double x) {
 // parts of 33 bits, so n * part is exact for n < 2^20; a second and third part only where the
 // first cancels.
 int kiln_rem_pio2(double x, out double y0, out double y1) {
-  const double fn = roundEven(x * 6.36619772367581382433e-01LF);
+  const double fn = kiln_round_half_even(x * 6.36619772367581382433e-01LF);
   precise double r = x - fn * 1.57079632673412561417e+00LF;
   precise double w = fn * 6.07710050650619224932e-11LF;
   precise double y = r - w;
@@ -752,6 +881,11 @@ double kiln_power(double x, double y) {
   return (negative_base && odd) ? -r : r;
 }
 
+KILN_MORE_FLOAT(double, 0.6931471805599453094LF, 1.4426950408889634074LF, 0.43429448190325182765LF,
+                kiln_inf_d(), kiln_nan_d(), 2.2250738585072014e-308LF, 18014398509481984.0LF, 54)
+
 #endif  // KILN_HAS_FLOAT64
+
+#undef KILN_MORE_FLOAT
 
 #endif

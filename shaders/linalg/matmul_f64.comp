@@ -65,8 +65,8 @@ void main() {
 
   const uint c_base = p.c_offset + batch * p.c_batch_stride;
   const uint d_base = p.d_offset + kiln_batch_offset(batch, p.d_batch_stride, p.d_inner_stride);
-  const bool epilogue = p.alpha != 1.0 || p.beta != 0.0;
-  const double alpha = double(p.alpha), beta = double(p.beta);
+  const double alpha = packDouble2x32(p.alpha64), beta = packDouble2x32(p.beta64);
+  const bool epilogue = alpha != 1.0LF || beta != 0.0LF;
   [[unroll]] for (uint i = 0; i < TM; ++i) {
     const uint row = bm + ty + 16 * i;
     if (row >= p.M) continue;
@@ -76,7 +76,7 @@ void main() {
       double v = acc[i][j];
       if (epilogue) {
         v *= alpha;
-        if (p.beta != 0.0) v = fma(beta, D[d_base + row * p.d_row_stride + col * p.d_col_stride], v);
+        if (beta != 0.0LF) v = fma(beta, D[d_base + row * p.d_row_stride + col * p.d_col_stride], v);
       }
       C[c_base + row * p.c_row_stride + col] = v;
     }

@@ -15,6 +15,7 @@ layout(push_constant) uniform Push {
   float alpha, beta;
   uint splits, k_chunk;
   uint batch_inner, a_inner_stride, b_inner_stride, d_inner_stride;
+  uvec2 alpha64, beta64;  // alpha and beta as doubles' (low, high) words, for matmul_f64
 } p;
 
 // The element offset of product `batch` in an operand with these batch strides.

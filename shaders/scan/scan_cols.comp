@@ -1,5 +1,5 @@
 #version 450
-// Cumulative sums and products along the middle axis of an [outer, n, inner] block with
+// Cumulative sums, products, maxima, minima and logaddexps along the middle axis of an [outer, n, inner] block with
 // inner > 1 (the scanned axis is not the last), any strides, into a row-major output. One
 // invocation scans one column (o, i) sequentially; neighbouring invocations take neighbouring i,
 // so loads and stores are coalesced whenever the inner axis is dense.
@@ -9,10 +9,12 @@
 // and the passes are those of scan_rows.comp (kTotals writes totals[t], kCarry starts from
 // carry_in[t], the totals being scanned as an [outer, splits, inner] block in between).
 // kiln-variant: scan_cols_f32 -DACC_T=float -DOUT_T=float -DKILN_WORDS -DKILN_ACC_FLOAT
-// kiln-variant: scan_cols_f32d -DACC_T=double -DOUT_T=float -DKILN_WORDS -DKILN_ACC_FLOAT
+// kiln-variant: scan_cols_f32d -DACC_T=double -DOUT_T=float -DKILN_WORDS -DKILN_ACC_FLOAT -DKILN_HAS_FLOAT64
 // kiln-variant: scan_cols_f32_h16 -DACC_T=float -DKILN_WORDS -DKILN_ACC_FLOAT -DKILN_OUT_16
 // kiln-variant: scan_cols_u32 -DACC_T=uint -DOUT_T=uint -DKILN_WORDS
-// kiln-variant: scan_cols_f64 -DACC_T=double -DOUT_T=double -DKILN_ACC_FLOAT
+// kiln-variant: scan_cols_f64 -DACC_T=double -DOUT_T=double -DKILN_ACC_FLOAT -DKILN_HAS_FLOAT64
+// kiln-variant: scan_cols_i32 -DACC_T=int -DOUT_T=int -DKILN_WORDS -DKILN_ACC_SIGNED
+// kiln-variant: scan_cols_i64 -DACC_T=int64_t -DOUT_T=int64_t -DKILN_INT64 -DKILN_ACC_SIGNED
 // kiln-variant: scan_cols_u64 -DACC_T=uint64_t -DOUT_T=uint64_t -DKILN_INT64
 #extension GL_GOOGLE_include_directive : require
 #ifdef KILN_OUT_16

@@ -1,5 +1,5 @@
 #version 450
-// Cumulative sums and products along the rows of a [rows, n] block (any row and column strides)
+// Cumulative sums, products, maxima, minima and logaddexps along the rows of a [rows, n] block (any row and column strides)
 // into a row-major output. tpr invocations take one logical row (a power of two up to the
 // workgroup: many short rows share a workgroup) and walk it in tiles of tpr * KILN_ITEMS
 // elements: coalesced loads into shared memory, a sequential scan of KILN_ITEMS consecutive
@@ -13,10 +13,12 @@
 // piece's carry, and a last pass (kCarry) scans the pieces starting from their carries. kReverse
 // scans each piece from its end (the host scans the totals in reverse too).
 // kiln-variant: scan_rows_f32 -DACC_T=float -DOUT_T=float -DKILN_WORDS -DKILN_ACC_FLOAT
-// kiln-variant: scan_rows_f32d -DACC_T=double -DOUT_T=float -DKILN_WORDS -DKILN_ACC_FLOAT
+// kiln-variant: scan_rows_f32d -DACC_T=double -DOUT_T=float -DKILN_WORDS -DKILN_ACC_FLOAT -DKILN_HAS_FLOAT64
 // kiln-variant: scan_rows_f32_h16 -DACC_T=float -DKILN_WORDS -DKILN_ACC_FLOAT -DKILN_OUT_16
 // kiln-variant: scan_rows_u32 -DACC_T=uint -DOUT_T=uint -DKILN_WORDS
-// kiln-variant: scan_rows_f64 -DACC_T=double -DOUT_T=double -DKILN_ACC_FLOAT
+// kiln-variant: scan_rows_f64 -DACC_T=double -DOUT_T=double -DKILN_ACC_FLOAT -DKILN_HAS_FLOAT64
+// kiln-variant: scan_rows_i32 -DACC_T=int -DOUT_T=int -DKILN_WORDS -DKILN_ACC_SIGNED
+// kiln-variant: scan_rows_i64 -DACC_T=int64_t -DOUT_T=int64_t -DKILN_INT64 -DKILN_ACC_SIGNED
 // kiln-variant: scan_rows_u64 -DACC_T=uint64_t -DOUT_T=uint64_t -DKILN_INT64
 #extension GL_GOOGLE_include_directive : require
 #ifdef KILN_OUT_16

@@ -405,6 +405,87 @@ Array per_thread_graph(const Array& w, const Array& h, int t) {
   return y + sum(y * w);
 }
 
+TEST(ArrayExternal, FromBufferUsesTheMemoryInPlaceAndCallsTheDeleterOnce) {
+  std::atomic<int> deleted{0};
+  auto* values = new float[6]{1.5f, -2, 3, 4.25f, 5, -6};
+  {
+    Array a = Array::from_buffer(values, {2, 3}, float32, [&](void* p) {
+      delete[] static_cast<float*>(p);
+      ++deleted;
+    });
+    EXPECT_TRUE(a.is_available());
+    EXPECT_EQ(a.data<float>(), values);  // no copy
+    const Array doubled = a * 2.0f;      // an op reads it (in the GPU pass, uploaded once)
+    const Array row = transpose(a);      // a view keeps the memory alive after `a` is gone
+    a = Array();
+    EXPECT_EQ(deleted.load(), 0);
+    EXPECT_EQ(doubled.to_vector<float>(), (std::vector<float>{3, -4, 6, 8.5f, 10, -12}));
+    EXPECT_EQ(values[0], 1.5f) << "kiln never writes into the caller's memory (no donation)";
+    EXPECT_EQ(row.to_vector<float>(), (std::vector<float>{1.5f, 4.25f, -2, 5, 3, -6}));
+  }
+  EXPECT_EQ(deleted.load(), 1);
+  // An unary op on a temporary external array must not donate (write into) it.
+  std::vector<double> mine{1, 2, 3};
+  const Array y = exp(Array::from_buffer(mine.data(), {3}, float64, nullptr));
+  y.eval();
+  EXPECT_EQ(mine, (std::vector<double>{1, 2, 3}));
+  EXPECT_THROW(Array::from_buffer(nullptr, {2}, float32, nullptr), ValueError);
+  EXPECT_THROW(Array::from_buffer(reinterpret_cast<char*>(mine.data()) + 1, {1}, float64, nullptr),
+               ValueError);
+  EXPECT_THROW(Array::from_buffer(mine.data(), {-1}, float64, nullptr), ShapeError);
+  EXPECT_EQ(Array::from_buffer(nullptr, {0, 3}, float32, nullptr).shape(), (Shape{0, 3}));
+}
+
+TEST(ArrayIteration, VisitsTheFirstAxis) {
+  const Array x = test::random_array({3, 2, 2}, float32, 5);
+  int i = 0;
+  for (const Array& row : x) {
+    EXPECT_EQ(row.shape(), (Shape{2, 2}));
+    test::expect_close(row, take(x, Array(i), 0), 0, 0);
+    ++i;
+  }
+  EXPECT_EQ(i, 3);
+  std::vector<Array> rows(x.begin(), x.end());
+  EXPECT_EQ(rows.size(), 3u);
+  int n = 0;
+  for (const Array& r : zeros({0, 4})) n += static_cast<int>(r.size());
+  EXPECT_EQ(n, 0);
+  EXPECT_THROW(Array(1.0f).begin(), ValueError);
+}
+
+TEST(ArrayStreams, NewStreamsAndScopedDefaults) {
+  const Stream a = new_stream(Device::cpu), b = new_stream(Device::cpu);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.device, Device::cpu);
+  const Array x = test::random_array({4}, float32, 7);
+  const Device before = default_device();
+  {
+    StreamScope scope(a);
+    EXPECT_EQ(default_device(), Device::cpu);
+    const Array y = x + 1.0f;  // no stream given: the scope's
+    EXPECT_EQ(y.primitive()->stream(), a);
+    {
+      StreamScope inner(Device::cpu);
+      EXPECT_EQ((x * 2.0f).primitive()->stream(), default_stream(Device::cpu));
+    }
+    EXPECT_EQ((x * 2.0f).primitive()->stream(), a);
+    test::expect_close(y, test::values(x + 1.0f), 0, 0);
+  }
+  EXPECT_EQ(default_device(), before);
+  // Arrays of two streams combine as any others.
+  const Array p = add(x, 1.0f, a), q = multiply(x, 3.0f, b);
+  test::expect_close(p + q, test::values(x * 4.0f + 1.0f), 1e-6, 1e-6);
+  if (is_available(Device::gpu)) {
+    const Stream g = new_stream(Device::gpu);
+    StreamScope on_gpu(g);
+    EXPECT_EQ(default_device(), Device::gpu);
+    const Array r = x * 2.0f;
+    EXPECT_EQ(r.primitive()->device(), Device::gpu);
+    test::expect_close(r, test::values(x * 2.0f), 0, 0);
+  }
+  EXPECT_THROW(StreamScope(StreamOrDevice{}), ValueError);
+}
+
 TEST(ArrayThreads, ConcurrentGraphsSharingInputsMatchSerialResults) {
   const Shape shape{256, 512};
   const Array w = test::random_array(shape, float32, 7);

@@ -66,6 +66,8 @@ const BinaryCase kCases[] = {
     {"remainder", remainder, py_mod, 0.3, 3},
     {"floor_divide", floor_divide, [](double a, double b) { return std::floor(a / b); }, 0.3, 3, false},
     {"arctan2", arctan2, [](double a, double b) { return std::atan2(a, b); }, -2, 2},
+    {"logaddexp", logaddexp,
+     [](double a, double b) { return std::max(a, b) + std::log1p(std::exp(-std::abs(a - b))); }, -3, 3},
 };
 
 class BinaryTest : public ::testing::TestWithParam<BinaryCase> {};
@@ -105,6 +107,21 @@ TEST_P(BinaryTest, GradientMatchesFiniteDifferencesWithBroadcasting) {
   check_vjp([&](const std::vector<Array>& x) { return c.op(x[0], x[1], {}); }, {a, b});
 }
 
+TEST_P(BinaryTest, JvpMatchesFiniteDifferencesAndVjp) {
+  const BinaryCase& c = GetParam();
+  test::check_jvp(
+      [&](const std::vector<Array>& x) { return c.op(x[0], x[1], {}); },
+      {random_array({3, 1, 4}, float64, 15, c.lo, c.hi), random_array({2, 4}, float64, 16, c.lo, c.hi)});
+}
+
+TEST_P(BinaryTest, VmapMatchesALoopOverTheBatch) {
+  const BinaryCase& c = GetParam();
+  test::check_vmap(
+      [&](const std::vector<Array>& x) { return c.op(x[0], x[1], {}); },
+      {random_array({2, 3}, float32, 18, c.lo, c.hi), random_array({3}, float32, 19, c.lo, c.hi)}, c.lo,
+      c.hi);
+}
+
 INSTANTIATE_TEST_SUITE_P(Binary, BinaryTest, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
@@ -113,6 +130,106 @@ TEST(Binary, SecondDerivatives) {
   test::check_second_order([](const std::vector<Array>& x) { return x[0] * x[1] * x[0]; }, {a, b});
   test::check_second_order([](const std::vector<Array>& x) { return divide(x[0], x[1]); }, {a, b});
   test::check_second_order([](const std::vector<Array>& x) { return power(x[0], x[1]); }, {a, b});
+}
+
+TEST(Binary, LogaddexpAtInfinitiesAndTies) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const Array a({-inf, inf, 1.0, -inf, 800.0, std::nan("")});
+  const Array b({-inf, inf, 1.0, 2.0, 800.0, 0.0});
+  const std::vector<double> r = logaddexp(a, b).to_vector<double>();
+  EXPECT_EQ(r[0], -inf);
+  EXPECT_EQ(r[1], inf);
+  EXPECT_DOUBLE_EQ(r[2], 1.0 + std::log(2.0));
+  EXPECT_DOUBLE_EQ(r[3], 2.0);
+  EXPECT_DOUBLE_EQ(r[4], 800.0 + std::log(2.0));  // exp(800) overflows; logaddexp does not
+  EXPECT_TRUE(std::isnan(r[5]));
+  // At a tie each operand gets half the gradient.
+  const auto g = grad([](const std::vector<Array>& x) { return std::vector<Array>{logaddexp(x[0], x[1])}; },
+                      {0, 1})({Array(0.5), Array(0.5)});
+  EXPECT_DOUBLE_EQ(g[0].item<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(g[1].item<double>(), 0.5);
+  EXPECT_EQ(logaddexp(Array({1, 2}), Array({3, 4})).dtype(), float32);
+}
+
+TEST(Binary, BitwiseOps) {
+  const std::vector<int32_t> xs{0, 1, -1, 12345, -98765, 0x7FFFFFFF};
+  const std::vector<int32_t> ys{3, -2, 7, 0x0F0F, 255, -1};
+  std::vector<int32_t> and_, or_, xor_, not_;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    and_.push_back(xs[i] & ys[i]);
+    or_.push_back(xs[i] | ys[i]);
+    xor_.push_back(xs[i] ^ ys[i]);
+    not_.push_back(~xs[i]);
+  }
+  const Array x(xs, {6}, int32), y(ys, {6}, int32);
+  EXPECT_EQ(bitwise_and(x, y).to_vector<int32_t>(), and_);
+  EXPECT_EQ((x | y).to_vector<int32_t>(), or_);
+  EXPECT_EQ((x ^ y).to_vector<int32_t>(), xor_);
+  EXPECT_EQ((~x).to_vector<int32_t>(), not_);
+  EXPECT_EQ((x & 0xFF).to_vector<int32_t>()[3], 12345 & 0xFF);
+  // Every integer dtype, on packed 8-bit storage too.
+  for (Dtype t : {uint8, int8, int64, uint32}) {
+    const Array a = astype(Array({5, 6, 7, 200, 3}), t), b = astype(Array({3, 10, 1, 100, 3}), t);
+    const std::vector<double> got = test::values(bitwise_xor(a, b));
+    const std::vector<double> va = test::values(a), vb = test::values(b);
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i], static_cast<double>(static_cast<int64_t>(va[i]) ^ static_cast<int64_t>(vb[i]))) << t;
+    const std::vector<double> inv = test::values(bitwise_invert(a));
+    for (size_t i = 0; i < inv.size(); ++i) {
+      const int64_t v = static_cast<int64_t>(va[i]);
+      const double want = t == uint8    ? double(uint8_t(~v))
+                          : t == int8   ? double(int8_t(~v))
+                          : t == uint32 ? double(uint32_t(~v))
+                                        : double(~v);
+      EXPECT_EQ(inv[i], want) << t;
+    }
+  }
+  // bool stays bool; invert is logical not.
+  const Array p({true, true, false, false}), q({true, false, true, false});
+  EXPECT_EQ((p & q).dtype(), bool_);
+  EXPECT_EQ((p & q).to_vector<bool>(), (std::vector<bool>{true, false, false, false}));
+  EXPECT_EQ((p | q).to_vector<bool>(), (std::vector<bool>{true, true, true, false}));
+  EXPECT_EQ((p ^ q).to_vector<bool>(), (std::vector<bool>{false, true, true, false}));
+  EXPECT_EQ((~p).to_vector<bool>(), (std::vector<bool>{false, false, true, true}));
+  EXPECT_THROW(bitwise_and(Array({1.0f}), Array({1.0f})), DtypeError);
+  EXPECT_THROW(bitwise_invert(Array({1.0f})), DtypeError);
+}
+
+TEST(Binary, IntegerArithmeticWraps) {
+  // Defined wrapping (the UBSan build checks that no signed overflow is left to the compiler).
+  const int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  const Array a = astype(Array(std::vector<double>{0, 1}, {2}, float64), int64) + Array(lo, int64);
+  EXPECT_EQ((a - Array(int64_t{1}, int64)).to_vector<int64_t>(), (std::vector<int64_t>{hi, lo}));
+  EXPECT_EQ((Array(hi, int64) + Array(int64_t{1}, int64)).item<int64_t>(), lo);
+  EXPECT_EQ((Array(hi, int64) * Array(int64_t{2}, int64)).item<int64_t>(), -2);
+  const int32_t lo32 = std::numeric_limits<int32_t>::min();
+  EXPECT_EQ((Array(lo32) - Array(1)).item<int32_t>(), std::numeric_limits<int32_t>::max());
+  EXPECT_EQ((Array(65536) * Array(65536)).item<int32_t>(), 0);
+}
+
+TEST(Binary, Shifts) {
+  const Array x({1, -8, 5, -1, 1, 3}), n({3, 1, 0, 31, 32, -1});
+  EXPECT_EQ(left_shift(x, n).to_vector<int32_t>(), (std::vector<int32_t>{8, -16, 5, INT32_MIN, 0, 0}));
+  EXPECT_EQ(right_shift(x, n).to_vector<int32_t>(), (std::vector<int32_t>{0, -4, 5, -1, 0, 0}));
+  EXPECT_EQ(right_shift(Array({-5}), Array({40})).to_vector<int32_t>(), (std::vector<int32_t>{-1}));
+  // 8-bit operands shift in int and wrap on store.
+  const Array b = astype(Array({1, 64, -128, 3}), int8);
+  EXPECT_EQ(left_shift(b, 1).to_vector<int8_t>(), (std::vector<int8_t>{2, -128, 0, 6}));
+  EXPECT_EQ(right_shift(b, 2).to_vector<int8_t>(), (std::vector<int8_t>{0, 16, -32, 0}));
+  // Counts past the 8 bits but inside the 32 they compute in: C++'s and NumPy's result for them.
+  EXPECT_EQ(left_shift(astype(Array({1, -1}), int8), astype(Array({8, 12}), int8)).to_vector<int8_t>(),
+            (std::vector<int8_t>{0, 0}));
+  EXPECT_EQ(right_shift(astype(Array({-128, 127}), int8), astype(Array({10, 9}), int8)).to_vector<int8_t>(),
+            (std::vector<int8_t>{-1, 0}));
+  const Array u = astype(Array({1, 255, 128}), uint8);
+  EXPECT_EQ(left_shift(u, 1).to_vector<uint8_t>(), (std::vector<uint8_t>{2, 254, 0}));
+  EXPECT_EQ(right_shift(u, 7).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 1}));
+  const Array w = astype(Array({1, 3}), int64);
+  EXPECT_EQ(left_shift(w, 40).to_vector<int64_t>(),
+            (std::vector<int64_t>{int64_t{1} << 40, int64_t{3} << 40}));
+  EXPECT_EQ(right_shift(astype(Array({-1}), uint32), 28).to_vector<uint32_t>(), (std::vector<uint32_t>{15}));
+  EXPECT_THROW(left_shift(Array({true}), Array({true})), DtypeError);
+  EXPECT_THROW(right_shift(Array({1.0}), 1), DtypeError);
 }
 
 TEST(Binary, WeakScalarsKeepTheArrayDtype) {

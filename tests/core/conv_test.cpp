@@ -225,6 +225,10 @@ TEST(Conv2d, Errors) {
   EXPECT_THROW(conv2d(astype(x, int32), astype(w, int32), {1, 1}, {0, 0}, {1, 1}, 2), DtypeError);
   EXPECT_THROW(conv1d(ones({2, 4, 6}), ones({6, 4, 7})), ShapeError);
   EXPECT_THROW(conv1d(ones({2, 4, 6, 1}), ones({6, 4, 3})), ShapeError);
+  // A kernel larger than the input with a stride: (2 - 3) / 2 must not round up to one window.
+  EXPECT_THROW(conv2d(ones({1, 1, 2, 2}), ones({1, 1, 3, 3}), {2, 2}), ShapeError);
+  EXPECT_THROW(conv1d(ones({1, 1, 2}), ones({1, 1, 4}), 3), ShapeError);
+  EXPECT_EQ(conv2d(ones({1, 1, 3, 3}), ones({1, 1, 3, 3}), {2, 2}).shape(), (Shape{1, 1, 1, 1}));
   try {
     conv2d(x, w);
   } catch (const ShapeError& e) {

@@ -44,6 +44,27 @@ TEST(Checkpoint, OutputsEqualTheFunctionAndTheGraphHoldsOneNode) {
   expect_close(ck[1], values(plain[1]), 0, 0);
 }
 
+// A node with a float and an integer output whose integer output comes first in the graph walk:
+// the float output's gradient must not be lost with it.
+TEST(Checkpoint, MixedDtypeOutputsKeepTheFloatGradient) {
+  const CustomFunction f = custom_function([](const std::vector<Array>& xs) {
+    return std::vector<Array>{sum(xs[0] * xs[0]), argmax(xs[0], 0)};
+  });
+  const Array x({0.5, -2.0, 3.0, 1.0});
+  const Array g = grad([&](const Array& a) {
+    const std::vector<Array> o = f({a});
+    return sum(take(a, o[1])) + o[0];  // the argmax is used before the sum in the tape
+  })(x);
+  EXPECT_EQ(g.to_vector<double>(), (std::vector<double>{1.0, -4.0, 7.0, 2.0}));
+  const Array c = grad([&](const Array& a) {
+    const std::vector<Array> o = checkpoint([](const std::vector<Array>& xs) {
+      return std::vector<Array>{argmax(xs[0], 0), sum(xs[0] * 3.0)};
+    })({a});
+    return o[1] + sum(take(a, o[0]));
+  })(x);
+  EXPECT_EQ(c.to_vector<double>(), (std::vector<double>{3.0, 3.0, 4.0, 3.0}));
+}
+
 TEST(Checkpoint, BackwardRunsTheFunctionAgain) {
   int calls = 0;
   ArrayFn f = [&](const std::vector<Array>& a) {

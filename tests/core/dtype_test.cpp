@@ -173,6 +173,57 @@ TEST(DtypeHalf, RoundToNearestEvenAtTies) {
   EXPECT_EQ(static_cast<float>(bfloat16_t(1.0f + 0x1p-8f + 0x1p-20f)), 1.0f + 0x1p-7f);
 }
 
+TEST(DtypeInfo, FinfoAndIinfoAgreeWithTheCppLimits) {
+  const FloatInfo f32 = finfo(float32), f64 = finfo(float64), f16 = finfo(float16), bf = finfo(bfloat16);
+  EXPECT_EQ(f32.eps, std::numeric_limits<float>::epsilon());
+  EXPECT_EQ(f32.max, std::numeric_limits<float>::max());
+  EXPECT_EQ(f32.min, std::numeric_limits<float>::lowest());
+  EXPECT_EQ(f32.smallest_normal, std::numeric_limits<float>::min());
+  EXPECT_EQ(f32.smallest_subnormal, std::numeric_limits<float>::denorm_min());
+  EXPECT_EQ(f64.eps, std::numeric_limits<double>::epsilon());
+  EXPECT_EQ(f64.max, std::numeric_limits<double>::max());
+  EXPECT_EQ(f64.smallest_subnormal, std::numeric_limits<double>::denorm_min());
+  // NumPy's float16 and ml_dtypes' bfloat16, and the values round-trip through the storage types.
+  EXPECT_EQ(f16.max, 65504.0);
+  EXPECT_EQ(f16.eps, 0x1p-10);
+  EXPECT_EQ(f16.smallest_normal, 0x1p-14);
+  EXPECT_EQ(f16.smallest_subnormal, 0x1p-24);
+  EXPECT_EQ(static_cast<float>(float16_t(static_cast<float>(f16.max))), 65504.0f);
+  EXPECT_EQ(static_cast<float>(float16_t(static_cast<float>(f16.smallest_subnormal))), 0x1p-24f);
+  EXPECT_EQ(bf.eps, 0x1p-7);
+  EXPECT_EQ(static_cast<double>(static_cast<float>(bfloat16_t(static_cast<float>(bf.max)))), bf.max);
+  EXPECT_EQ(bf.bits, 16);
+  EXPECT_EQ(f16.resolution, 1e-3);
+  EXPECT_EQ(iinfo(int8).min, -128);
+  EXPECT_EQ(iinfo(int8).max, 127u);
+  EXPECT_EQ(iinfo(uint32).max, 4294967295u);
+  EXPECT_EQ(iinfo(int64).min, std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(iinfo(bool_).max, 1u);
+  EXPECT_EQ(iinfo(uint8).bits, 8);
+  EXPECT_THROW(finfo(int32), DtypeError);
+  EXPECT_THROW(iinfo(float16), DtypeError);
+}
+
+TEST(DtypeHalf, ComparesAsFloats) {
+  // `a == b` once did not compile: float's built-in == and the array operators' (const Operand&,
+  // const Operand&) were equally good.
+  const float16_t a(1.0f), b(1.0f), c(2.0f), nan(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_TRUE(a == b);
+  EXPECT_FALSE(a != b);
+  EXPECT_TRUE(a < c && c > a && a <= b && b >= a);
+  EXPECT_FALSE(nan == nan);
+  EXPECT_TRUE(float16_t(0.0f) == float16_t(-0.0f));
+  const bfloat16_t x(1.0f), y(1.0f), z(-3.0f);
+  EXPECT_TRUE(x == y);
+  EXPECT_TRUE(z < x);
+  EXPECT_FALSE(x != y);
+  static_assert(std::is_same_v<decltype(a == b), bool> && std::is_same_v<decltype(x < y), bool>);
+  // Against numbers, either side.
+  EXPECT_TRUE(a == 1.0f && 1.0 == a && a != 2 && a < 2 && 0 < a && c >= 2.0);
+  EXPECT_TRUE(z == -3 && z < 0.0f && -4 < z);
+  EXPECT_FALSE(nan == 0.0f || nan < 1 || nan > 1);
+}
+
 TEST(DtypeHalf, OverflowInfinityNanAndSignedZero) {
   EXPECT_EQ(float16_t(65504.0f).bits, 0x7bffu);  // the largest float16
   EXPECT_EQ(float16_t(65519.0f).bits, 0x7bffu);  // below the tie: stays finite

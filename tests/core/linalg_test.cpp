@@ -257,6 +257,20 @@ TEST(Addmm, BetaZeroIgnoresNaN) {
   expect_close(addmm(c, a, b, 2.0f, 0.0f), ref_addmm(zeros({3, 5}), a, b, 2.0, 0.0), 1e-5, 1e-5);
 }
 
+TEST(Addmm, Float64CoefficientsAreNotRoundedToFloat32) {
+  // alpha = 1 + 1e-12 rounds to exactly 1 in float32; the product must still see it (both devices).
+  const double alpha = 1 + 1e-12, beta = 1 - 3e-12;
+  const Array c = random_array({3, 5}, float64, 321), a = random_array({3, 4}, float64, 322, 1, 2),
+              b = random_array({4, 5}, float64, 323, 1, 2);
+  const Array got = addmm(c, a, b, alpha, beta);
+  const std::vector<double> want = ref_addmm(c, a, b, alpha, beta), plain = ref_addmm(c, a, b, 1, 1);
+  const std::vector<double> g = values(got);
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_NEAR(g[i], want[i], 2e-14 * std::abs(want[i])) << i;
+    EXPECT_GT(std::abs(g[i] - plain[i]), 5e-13) << "alpha/beta were rounded at " << i;
+  }
+}
+
 TEST(Addmm, TransposedWeightLikeLinear) {
   const Array x = random_array({2, 3, 4}, float32, 311), w = random_array({5, 4}, float32, 312),
               bias = random_array({5}, float32, 313);

@@ -34,6 +34,17 @@ TEST(Where, GradientFlowsToTheChosenBranch) {
                   {random_array({2, 2}, float64, 3), random_array({2}, float64, 4)});
 }
 
+TEST(Where, JvpAndVmapRules) {
+  const Array cond = test::random_array({2, 3}, float32, 21) > 0.0;
+  const Array x = test::random_array({2, 3}, float64, 22), y = test::random_array({3}, float64, 23);
+  const test::Fn f = [](const std::vector<Array>& a) { return where(a[0], a[1], a[2]); };
+  test::check_jvp(f, {cond, x, y});
+  test::check_vmap(f, {cond, astype(x, float32), astype(y, float32)});
+  const test::Fn g = [](const std::vector<Array>& a) { return clip(a[0], -0.5, 0.5); };
+  test::check_jvp(g, {x});
+  test::check_vmap(g, {astype(x, float32)});
+}
+
 TEST(Where, RejectsBadShapes) { EXPECT_THROW(where(Array({true, false}), ones({3}), 0.0), ShapeError); }
 
 TEST(Clip, ClipsAndPassesGradientInside) {

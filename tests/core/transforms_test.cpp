@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string_view>
 
 #include "support/op_test.h"
 
@@ -136,6 +137,181 @@ TEST(Vmap, RejectsBadAxesAndBatchSizes) {
   EXPECT_THROW(vmap(f, {2})({ones({2, 3})}), ValueError);
   EXPECT_THROW(vmap(f, {-1})({ones({2, 3})}), ValueError);
   EXPECT_THROW(vmap(f, {0, 0})({ones({2, 3})}), ValueError);
+}
+
+TEST(Vmap, AxesAreValidatedWithClearErrors) {
+  auto f = [](const std::vector<Array>& a) { return std::vector<Array>{a[0] * 2.0}; };
+  // -1 is "not batched", so other negative in_axes are refused when vmap is called, not later.
+  EXPECT_THROW(vmap(f, {-2}), ValueError);
+  try {
+    vmap(f, {-2});
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("[vmap] in_axes"), std::string::npos) << e.what();
+  }
+  const Array x = random_array({4, 3}, float32, 3);
+  try {
+    vmap(f, {2})({x});
+    ADD_FAILURE() << "in_axes past the rank";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("in_axes entry out of range"), std::string::npos) << e.what();
+  }
+  // out_axes count from the end when negative, as JAX's.
+  const Array last = vmap(f, {0}, {-1})({x})[0];
+  EXPECT_EQ(last.shape(), (Shape{3, 4}));
+  expect_close(last, values(transpose(x * 2.0)), 0, 0);
+  EXPECT_THROW(vmap(f, {0}, {2})({x}), ValueError);
+  EXPECT_THROW(vmap(f, {0}, {-3})({x}), ValueError);
+}
+
+TEST(Vmap, FullOfABatchedValue) {
+  const Array v({1.0f, 2.0f, 3.0f});
+  const Array r = vmap([](const Array& a) { return full({2}, a); })(v);
+  EXPECT_EQ(r.shape(), (Shape{3, 2}));
+  EXPECT_EQ(r.to_vector<float>(), (std::vector<float>{1, 1, 2, 2, 3, 3}));
+  test::check_vmap(
+      [](const std::vector<Array>& a) {
+        return full({2, 2}, sum(a[0]));
+      },
+      {random_array({3}, float32, 5)});
+}
+
+// One call of each primitive family's ops (elementwise ops have their own tables in unary_test,
+// binary_test and ternary_test, linalg's in linalg_decomp_test).
+struct FamilyCase {
+  const char* name;
+  test::Fn fn;
+  std::vector<Array> inputs;
+};
+std::vector<FamilyCase> family_cases() {
+  const Array m = random_array({3, 4}, float32, 1), v = random_array({4}, float32, 2);
+  const Array idx({2, 0, 1}, {3}), idx2({1, 0, 3, 2, 1, 0}, {3, 2});
+  const Array img = random_array({1, 2, 5, 5}, float32, 3), ker = random_array({3, 2, 3, 3}, float32, 4);
+  return {
+      {"full",
+       [](const auto& a) {
+         return full({2, 3}, sum(a[0]));
+       },
+       {v}},
+      {"astype", [](const auto& a) { return astype(a[0], float64); }, {m}},
+      {"contiguous", [](const auto& a) { return contiguous(transpose(a[0])); }, {m}},
+      {"stop_gradient", [](const auto& a) { return stop_gradient(a[0]); }, {m}},
+      {"reshape",
+       [](const auto& a) {
+         return reshape(a[0], {2, 6});
+       },
+       {m}},
+      {"transpose", [](const auto& a) { return transpose(a[0]); }, {m}},
+      {"broadcast_to",
+       [](const auto& a) {
+         return broadcast_to(a[0], {2, 4});
+       },
+       {v}},
+      {"slice",
+       [](const auto& a) {
+         return slice(a[0], {{1, 3}, {0, 4, 2}});
+       },
+       {m}},
+      {"slice_update",
+       [](const auto& a) {
+         return slice_update(a[0], a[1], {{0, 1}});
+       },
+       {m, reshape(v, {1, 4})}},
+      {"concatenate",
+       [](const auto& a) {
+         return concatenate({a[0], a[1]}, 0);
+       },
+       {m, m * 2.0f}},
+      {"pad",
+       [](const auto& a) {
+         return pad(a[0], {{1, 0}, {0, 2}}, 0.5);
+       },
+       {m}},
+      {"take", [](const auto& a) { return take(a[0], a[1], 1); }, {m, idx}},
+      {"take_along_axis", [](const auto& a) { return take_along_axis(a[0], a[1], 1); }, {m, idx2}},
+      {"put_along_axis",
+       [](const auto& a) { return put_along_axis(a[0], a[1], a[2], 1); },
+       {m, idx2, random_array({3, 2}, float32, 5)}},
+      {"scatter_add",
+       [](const auto& a) { return scatter_add(a[0], a[1], a[2], 0); },
+       {m, idx, random_array({3, 4}, float32, 6)}},
+      {"gather", [](const auto& a) { return gather(a[0], {a[1]}); }, {m, idx}},
+      {"sum", [](const auto& a) { return sum(a[0], 1); }, {m}},
+      {"prod", [](const auto& a) { return prod(a[0], 0); }, {m}},
+      {"max", [](const auto& a) { return max(a[0], 1); }, {m}},
+      {"argmax", [](const auto& a) { return argmax(a[0], 0); }, {m}},
+      {"logsumexp", [](const auto& a) { return logsumexp(a[0], 1); }, {m}},
+      {"cumsum", [](const auto& a) { return cumsum(a[0], 1); }, {m}},
+      {"cumprod", [](const auto& a) { return cumprod(a[0], 0, true); }, {m}},
+      {"sort", [](const auto& a) { return sort(a[0], 0); }, {m}},
+      {"argsort", [](const auto& a) { return argsort(a[0], 1); }, {m}},
+      {"topk", [](const auto& a) { return topk(a[0], 2, 1); }, {m}},
+      {"matmul", [](const auto& a) { return matmul(a[0], a[1]); }, {m, transpose(m)}},
+      {"addmm",
+       [](const auto& a) { return addmm(a[0], a[1], a[2], 0.5, 2.0); },
+       {v, m, random_array({4, 4}, float32, 7)}},
+      {"linear",
+       [](const auto& a) { return linear(a[0], a[1], a[2]); },
+       {m, random_array({2, 4}, float32, 8), random_array({2}, float32, 9)}},
+      {"conv2d",
+       [](const auto& a) {
+         return conv2d(a[0], a[1], {1, 1}, {1, 1});
+       },
+       {img, ker}},
+      {"max_pool2d",
+       [](const auto& a) {
+         return max_pool2d(a[0], {2, 2}, {2, 2});
+       },
+       {img}},
+      {"softmax", [](const auto& a) { return softmax(a[0], -1); }, {m}},
+      {"layer_norm", [](const auto& a) { return layer_norm(a[0], a[1], a[2]); }, {m, v, v * 0.5f}},
+      {"rms_norm", [](const auto& a) { return rms_norm(a[0], a[1]); }, {m, v}},
+      {"attention",
+       [](const auto& a) { return scaled_dot_product_attention(a[0], a[1], a[2], 0.5, true); },
+       {random_array({3, 4}, float32, 10), random_array({3, 4}, float32, 11),
+        random_array({3, 4}, float32, 12)}},
+  };
+}
+
+// Every primitive with an input has a batching rule: each input batched in turn on its first and
+// last axis, against a loop over the batch.
+TEST(Vmap, EveryPrimitiveFamilyHasABatchingRule) {
+  for (const FamilyCase& c : family_cases()) {
+    SCOPED_TRACE(c.name);
+    test::check_vmap(c.fn, c.inputs);
+  }
+}
+
+// And a jvp rule: against finite differences and the vjp, in float64 (stop_gradient's is zero by
+// design, which its own tests check).
+TEST(Jvp, EveryPrimitiveFamilyHasAJvpRule) {
+  for (const FamilyCase& c : family_cases()) {
+    if (std::string_view(c.name) == "stop_gradient") continue;
+    SCOPED_TRACE(c.name);
+    test::check_jvp(c.fn, c.inputs, 1e-6, 1e-5);
+  }
+}
+
+TEST(Transforms, IntegerOutputsHaveZeroTangentsInEveryTransform) {
+  // astype to an integer is flat (JAX's float0): jvp, vjp and grad agree on zero.
+  const Array x({1.5, 2.5, -3.5});
+  auto to_int = [](const std::vector<Array>& a) { return std::vector<Array>{astype(a[0], int32)}; };
+  auto [outs, tangents] = jvp(to_int, {x}, {Array({2.0, 2.0, 2.0})});
+  EXPECT_EQ(tangents[0].dtype(), int32);
+  EXPECT_EQ(tangents[0].to_vector<int32_t>(), (std::vector<int32_t>{0, 0, 0}));
+  auto [vouts, cots] = vjp(to_int, {x}, {Array({1, 1, 1})});
+  EXPECT_EQ(values(cots[0]), (std::vector<double>{0, 0, 0}));
+  // Through an integer round trip, the float result is flat too.
+  auto round_trip = [](const std::vector<Array>& a) {
+    return std::vector<Array>{astype(astype(a[0], int32), float64)};
+  };
+  EXPECT_EQ(values(jvp(round_trip, {x}, {Array({1.0, 1.0, 1.0})}).second[0]), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(values(vjp(round_trip, {x}, {Array({1.0, 1.0, 1.0})}).second[0]), (std::vector<double>{0, 0, 0}));
+  // An integer primal's tangent is zero whatever is passed for it.
+  auto scale = [](const std::vector<Array>& a) { return std::vector<Array>{astype(a[0], float32) * 3.0f}; };
+  EXPECT_EQ(jvp(scale, {Array({1, 2})}, {Array({5, 5})}).second[0].to_vector<float>(),
+            (std::vector<float>{0, 0}));
+  EXPECT_EQ(vjp(scale, {Array({1, 2})}, {Array({1.0f, 1.0f})}).second[0].to_vector<int32_t>(),
+            (std::vector<int32_t>{0, 0}));
 }
 
 TEST(Transforms, GradOfGradOfGradThroughVmap) {

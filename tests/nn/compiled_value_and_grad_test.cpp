@@ -75,5 +75,57 @@ TEST_F(CompiledValueAndGrad, FreezingAParameterTracesAgain) {
   expect_close(g1.at("layers.1.weight"), g0.at("layers.1.weight"), 1e-5, "layers.1.weight");
 }
 
+// linear, relu, dropout (in training mode: a mask from random::next_key() at every call), linear;
+// the weights from fixed keys, so two nets are equal.
+struct DropoutNet {
+  nn::Sequential net;
+  DropoutNet() {
+    net.emplace_back<nn::Linear>(12, 16, nn::LinearOptions{.key = random::key(5)});
+    net.append([](const Array& h) { return nn::relu(h); });
+    net.emplace_back<nn::Dropout>(0.3);
+    net.emplace_back<nn::Linear>(16, 5, nn::LinearOptions{.key = random::key(6)});
+  }
+};
+
+TEST_F(CompiledValueAndGrad, DropoutDrawsTheMasksOfTheEagerLoop) {
+  DropoutNet a, b;
+  auto eager = nn::value_and_grad(
+      a.net, [&](const Array& in, const Array& t) { return nn::cross_entropy(a.net(in), t); });
+  auto compiled = nn::compiled_value_and_grad(
+      b.net, [&](const Array& in, const Array& t) { return nn::cross_entropy(b.net(in), t); });
+  // Three calls at the same parameters: three masks, the eager loop's.
+  random::seed(21);
+  std::vector<std::pair<Array, nn::ParamTree>> want;
+  for (int i = 0; i < 3; ++i) want.push_back(eager(x, y));
+  random::seed(21);
+  std::vector<float> got;
+  for (int i = 0; i < 3; ++i) {
+    auto [l, g] = compiled(x, y);
+    expect_close(l, want[static_cast<size_t>(i)].first, 1e-5, "loss of call " + std::to_string(i));
+    for (const auto& [key, value] : want[static_cast<size_t>(i)].second)
+      expect_close(g.at(key), value, 1e-4, key + " of call " + std::to_string(i));
+    got.push_back(l.item<float>());
+  }
+  EXPECT_NE(got[0], got[1]);
+  EXPECT_NE(got[1], got[2]);
+  EXPECT_NE(got[0], got[2]);
+
+  // Training from one seed: the same losses step by step.
+  optim::Adam oa({.lr = 1e-2}), ob({.lr = 1e-2});
+  random::seed(22);
+  std::vector<Array> eager_losses;
+  for (int step = 0; step < 5; ++step) {
+    auto [l, g] = eager(x, y);
+    oa.update(a.net, g);
+    eager_losses.push_back(l);
+  }
+  random::seed(22);
+  for (int step = 0; step < 5; ++step) {
+    auto [l, g] = compiled(x, y);
+    ob.update(b.net, g);
+    expect_close(l, eager_losses[static_cast<size_t>(step)], 1e-4, "loss at step " + std::to_string(step));
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "kiln/models/gpt.h"
 #include "kiln/models/mlp.h"
 #include "kiln/nn/value_and_grad.h"
 #include "kiln/optim/optim.h"
@@ -79,6 +80,66 @@ TEST(CompiledStep, AdamWWithAScheduleAndAmsgradMatchesTheEagerLoop) {
                                                         .weight_decay = 0.1,
                                                         .amsgrad = true},
                                     5);
+}
+
+// Trains `compiled` with a CompiledStep and `eager` (equal parameters) with value_and_grad and
+// Adam on one batch from one seed: the dropout masks, drawn from the default key sequence, must
+// be the same, so the losses and the final parameters agree.
+template <class Model>
+void check_dropout_training(Model& compiled, Model& eager, const Array& x, const Array& y, int steps) {
+  optim::Adam compiled_opt({.lr = 1e-2}), eager_opt({.lr = 1e-2});
+  optim::CompiledStep step(compiled, compiled_opt, [&](const std::vector<Array>& b) {
+    return nn::cross_entropy(compiled(b[0]), b[1]);
+  });
+  auto grad_fn = nn::value_and_grad(
+      eager, [&](const Array& in, const Array& t) { return nn::cross_entropy(eager(in), t); });
+  random::seed(40);
+  std::vector<Array> want;
+  for (int i = 0; i < steps; ++i) {
+    auto [loss, grads] = grad_fn(x, y);
+    eager_opt.update(eager, grads);
+    want.push_back(loss);
+  }
+  const random::DefaultKeyState after = random::default_key_state();
+  EXPECT_GT(after.count, 0u);
+  random::seed(40);
+  for (int i = 0; i < steps; ++i)
+    expect_close(step({x, y}), want[static_cast<size_t>(i)], 1e-4, "loss at step " + std::to_string(i));
+  EXPECT_EQ(random::default_key_state(), after);  // as many keys drawn as by the eager loop
+  const nn::ParamTree g = compiled.parameters(), w = eager.parameters();
+  for (const auto& [key, value] : w) expect_close(g.at(key), value, 1e-4, key);
+  ASSERT_TRUE(step.compiled().has_value());
+  EXPECT_EQ(step.compiled()->trace_count(), 1);
+  if (test::gpu_default()) {
+    EXPECT_EQ(step.compiled()->capture_count(), 1);  // steps after the first replay the capture
+  }
+}
+
+TEST(CompiledStep, DropoutTrainsLikeTheEagerLoop) {
+  auto make = [](nn::Sequential& net) {
+    net.emplace_back<nn::Linear>(12, 16, nn::LinearOptions{.key = random::key(5)});
+    net.append([](const Array& h) { return nn::relu(h); });
+    net.emplace_back<nn::Dropout>(0.3);
+    net.emplace_back<nn::Linear>(16, 5, nn::LinearOptions{.key = random::key(6)});
+  };
+  nn::Sequential compiled, eager;
+  make(compiled);
+  make(eager);
+  check_dropout_training(compiled, eager, test::random_array({8, 12}, float32, 30),
+                         random::randint({8}, random::key(31), 0, 5), 5);
+}
+
+TEST(CompiledStep, GptWithDropoutTrainsLikeTheEagerLoop) {
+  const models::GptConfig config{.vocab_size = 11,
+                                 .context = 6,
+                                 .d_model = 8,
+                                 .heads = 2,
+                                 .layers = 1,
+                                 .dropout = 0.2,
+                                 .key = random::key(8)};
+  models::Gpt compiled(config), eager(config);
+  const Array tokens = random::randint({2, 6}, random::key(9), 0, 11);
+  check_dropout_training(compiled, eager, tokens, random::randint({2, 6}, random::key(10), 0, 11), 4);
 }
 
 TEST(CompiledStep, FreezingAParameterTracesAgain) {

@@ -122,6 +122,97 @@ void check_vjp(const Fn& fn, const std::vector<Array>& inputs, double eps, doubl
   check_against_fd(fn, x, u, grads, eps, tol, max_elements, "vjp");
 }
 
+void check_jvp(const Fn& fn, const std::vector<Array>& inputs, double eps, double tol) {
+  const std::vector<Array> x = to_float64(inputs);
+  std::vector<Array> t;
+  for (size_t i = 0; i < x.size(); ++i)
+    t.push_back(is_floating(x[i].dtype())
+                    ? Array(random_values(x[i].size(), 4242 + i, -1, 1), x[i].shape(), float64)
+                    : zeros(x[i].shape(), x[i].dtype()));
+  auto wrapped = [&](const std::vector<Array>& a) { return std::vector<Array>{fn(a)}; };
+  auto [outs, tangents] = jvp(wrapped, x, t);
+  ASSERT_EQ(tangents.size(), 1u);
+  ASSERT_EQ(tangents[0].shape(), outs[0].shape()) << "jvp: tangent shape";
+  const std::vector<double> jt = values(tangents[0]);
+  // Finite differences along t.
+  auto shifted = [&](double delta) {
+    std::vector<Array> xs = x;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (is_floating(x[i].dtype())) xs[i] = x[i] + delta * t[i];
+    return values(fn(xs));
+  };
+  const std::vector<double> plus = shifted(eps), minus = shifted(-eps);
+  ASSERT_EQ(plus.size(), jt.size());
+  int failures = 0;
+  for (size_t k = 0; k < jt.size() && failures < 8; ++k) {
+    const double fd = (plus[k] - minus[k]) / (2 * eps);
+    if (!(std::abs(jt[k] - fd) <= tol * (1 + std::abs(fd)))) {
+      ++failures;
+      ADD_FAILURE() << "jvp element " << k << ": " << jt[k] << ", finite differences " << fd;
+    }
+  }
+  // Against the vjp: <u, J t> = <J^T u, t>.
+  if (!is_floating(outs[0].dtype())) return;
+  const std::vector<double> u = random_values(outs[0].size(), 999, -1, 1);
+  auto [vouts, grads] = vjp(wrapped, x, {Array(u, outs[0].shape(), float64)});
+  double lhs = 0, rhs = 0, scale = 0;
+  for (size_t k = 0; k < jt.size(); ++k) lhs += u[k] * jt[k], scale += std::abs(u[k] * jt[k]);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!is_floating(x[i].dtype())) continue;
+    const std::vector<double> g = values(grads[i]), ti = values(t[i]);
+    for (size_t k = 0; k < g.size(); ++k) rhs += g[k] * ti[k], scale += std::abs(g[k] * ti[k]);
+  }
+  EXPECT_NEAR(lhs, rhs, 1e-9 * (1 + scale)) << "jvp disagrees with vjp: <u, J t> vs <J^T u, t>";
+}
+
+namespace {
+// `batch` examples like `example` stacked along `axis` (0 or example.ndim()).
+Array batch_of(const Array& example, int batch, int axis, uint64_t seed, double lo, double hi) {
+  std::vector<Array> items;
+  for (int b = 0; b < batch; ++b) {
+    if (is_floating(example.dtype())) {
+      items.push_back(random_array(example.shape(), example.dtype(), seed + b, lo, hi));
+    } else {  // the example's own values rotated: indices and masks stay valid and distinct ones distinct
+      const std::vector<double> v = values(example);
+      std::vector<double> p(v.size());
+      for (size_t k = 0; k < v.size(); ++k) p[k] = v[(k + static_cast<size_t>(b)) % v.size()];
+      items.push_back(astype(Array(p, example.shape(), float64), example.dtype()));
+    }
+  }
+  return stack(items, axis);
+}
+}  // namespace
+
+void check_vmap(const Fn& fn, const std::vector<Array>& inputs, double lo, double hi, int batch) {
+  const size_t n = inputs.size();
+  auto run = [&](const std::vector<int>& in_axes, uint64_t seed, const std::string& what) {
+    std::vector<Array> batched = inputs;
+    for (size_t i = 0; i < n; ++i)
+      if (in_axes[i] >= 0) batched[i] = batch_of(inputs[i], batch, in_axes[i], seed + 100 * i, lo, hi);
+    auto wrapped = [&](const std::vector<Array>& a) { return std::vector<Array>{fn(a)}; };
+    const Array got = vmap(wrapped, in_axes)(batched)[0];
+    std::vector<Array> expected;
+    for (int b = 0; b < batch; ++b) {
+      std::vector<Array> example = inputs;
+      for (size_t i = 0; i < n; ++i)
+        if (in_axes[i] >= 0) example[i] = take(batched[i], Array(b), in_axes[i]);
+      expected.push_back(fn(example));
+    }
+    const Array want = stack(expected, 0);
+    ASSERT_EQ(got.shape(), want.shape()) << "vmap " << what;
+    const Tolerance tol = tolerance(want.dtype());
+    SCOPED_TRACE("vmap " + what);
+    expect_close(got, want, tol.rtol, tol.atol);
+  };
+  for (size_t i = 0; i < n; ++i)
+    for (int axis : {0, inputs[i].ndim()}) {
+      std::vector<int> in_axes(n, -1);
+      in_axes[i] = axis;
+      run(in_axes, 50 + 7 * i + axis, "input " + std::to_string(i) + " on axis " + std::to_string(axis));
+    }
+  if (n > 1) run(std::vector<int>(n, 0), 90, "every input on axis 0");
+}
+
 void check_second_order(const Fn& fn, const std::vector<Array>& inputs, double eps, double tol,
                         int max_elements) {
   const std::vector<Array> x = to_float64(inputs);

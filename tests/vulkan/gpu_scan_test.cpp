@@ -2,7 +2,8 @@
 // 64-bit) reference and the same ops on the CPU: every dtype, kind and flag, rows of many lengths
 // (one tile, many tiles, the three-pass split), many short rows, scans along inner axes, strided,
 // reversed, broadcast and permuted views, empty arrays, gradients, and the kernels' errors and
-// 16-bit fallback through record_scan. Runs on lavapipe in CI.
+// 16-bit fallback through record_scan; cummax, cummin and logcumsumexp at the kernel level (their
+// ordinary-API tests run in tests/core/scan_test's GPU pass). Runs on lavapipe in CI.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -407,6 +408,48 @@ TEST_F(GpuScan, Float32WithoutFloat64AccumulatesInFloat32) {
         expect_scan(Array(read_vector<float>(out.buffer, static_cast<size_t>(x.size())), s), x, prod, 1, f,
                     a);
       }
+}
+
+// cummax, cummin and logcumsumexp at the kernel level: logaddexp in float32 on a device without
+// float64 and float16 maxima without 16-bit stores (rows and columns, split and not), against the
+// CPU; their dtype checks.
+TEST_F(GpuScan, ExtremesAndLogaddexpWithoutOptionalFeatures) {
+  const vk::DeviceCaps& caps = ctx().caps();
+  vk::Recorder r(ctx());
+  for (const Shape& s : std::vector<Shape>{{3, 20000, 1}, {1, 300, 1}, {1, 5000, 3}, {40, 7, 5}})
+    for (const Flags& f : kFlags) {
+      SCOPED_TRACE(shape_str(s) + (f.reverse ? " reverse" : "") + (f.inclusive ? "" : " exclusive"));
+      const Array x = test::random_array(s, float32, 38, -20, 20);
+      const vk::GpuView in = vk::GpuView::contiguous(upload_vector(x.to_vector<float>()), float32, s);
+      const vk::GpuView out =
+          vk::GpuView::contiguous(ctx().allocator().allocate(static_cast<size_t>(x.size()) * 4), float32, s);
+      vk::record_scan(r, {vk::ScanOp::logaddexp, f.reverse, f.inclusive}, in, out,
+                      vk::ScanFeatures{caps.storage16, caps.int64, false});
+      r.submit_and_wait();
+      const Array want = logcumsumexp(astype(x, float64), 1, f.reverse, f.inclusive, Device::cpu);
+      // float32 logaddexps of terms up to |20|: each step rounds by ~1e-7 of the running value.
+      test::expect_close(Array(read_vector<float>(out.buffer, static_cast<size_t>(x.size())), s), want,
+                         1e-7 * static_cast<double>(s[1]), 1e-5);
+
+      const Array h = test::random_array(s, float16, 39, -100, 100);
+      const std::vector<uint16_t> bits = half_bits(h);
+      const vk::GpuView hv = vk::GpuView::contiguous(upload_vector(bits), float16, s);
+      const vk::GpuView hout =
+          vk::GpuView::contiguous(ctx().allocator().allocate(bits.size() * 2), float16, s);
+      vk::record_scan(r, {vk::ScanOp::max, f.reverse, f.inclusive}, hv, hout,
+                      vk::ScanFeatures{false, caps.int64, caps.float64});
+      r.submit_and_wait();
+      test::expect_close(from_half_bits(read_vector<uint16_t>(hout.buffer, bits.size()), s, float16),
+                         cummax(h, 1, f.reverse, f.inclusive, Device::cpu), 0, 0);
+    }
+  const vk::GpuView i8 = vk::GpuView::contiguous(ctx().allocator().allocate(64), int8, {1, 8, 1});
+  const vk::GpuView i32 = vk::GpuView::contiguous(ctx().allocator().allocate(64), int32, {1, 8, 1});
+  EXPECT_THROW(vk::record_scan(r, {vk::ScanOp::max}, i8, i32), ValueError);  // max keeps int8
+  EXPECT_NO_THROW(vk::record_scan(r, {vk::ScanOp::sum}, i8, i32));
+  r.submit_and_wait();
+  EXPECT_THROW(vk::record_scan(r, {vk::ScanOp::logaddexp}, i32, i32), ValueError);  // floats only
+  EXPECT_EQ(vk::scan_out_dtype(vk::ScanOp::min, uint8), uint8);
+  EXPECT_EQ(vk::scan_out_dtype(vk::ScanOp::prod, uint8), uint32);
 }
 
 }  // namespace

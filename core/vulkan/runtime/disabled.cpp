@@ -17,7 +17,7 @@ bool supports(Dtype) { return false; }
 void allocate(Array&) { no_gpu("gpu allocate"); }
 void copy(const Array&, Array&) { no_gpu("gpu copy"); }
 void elementwise(std::string_view, Dtype, std::span<const Array>, Array&) { no_gpu("gpu elementwise"); }
-void matmul(const Array&, const Array&, Array&, const Array*, float, float) { no_gpu("gpu matmul"); }
+void matmul(const Array&, const Array&, Array&, const Array*, double, double) { no_gpu("gpu matmul"); }
 void linear(const Array&, const Array&, const Array*, Array&) { no_gpu("gpu linear"); }
 void adam_step(std::span<const Array>, std::span<Array>, const AdamStepConstants&) {
   no_gpu("gpu adam_step");

@@ -279,8 +279,8 @@ vk::GpuView gemm_operand(vk::GpuView v, size_t batch, const char* op) {
 namespace {
 // matmul's products as one 2-D GEMM when b's batch dims are broadcast (stride 0) and a's batch and
 // row dims, and the addend's, merge into one; false (nothing recorded) otherwise.
-bool fold_shared_rhs(const Array& a, const Array& b, const Array* addend, Array& out, float alpha, float beta,
-                     const Shape& as, const Shape& bs) {
+bool fold_shared_rhs(const Array& a, const Array& b, const Array* addend, Array& out, double alpha,
+                     double beta, const Shape& as, const Shape& bs) {
   const size_t batch = as.size() - 2;
   vk::GpuView bv = broadcast_view(b, bs), av = broadcast_view(a, as);
   auto non_negative = [](const vk::GpuView& v) {
@@ -299,7 +299,7 @@ bool fold_shared_rhs(const Array& a, const Array& b, const Array* addend, Array&
   bv.strides.erase(bv.strides.begin(), bv.strides.begin() + static_cast<long>(batch));
   vk::record_matmul(vk::thread_recorder(), merge_leading(std::move(av), batch + 1, "matmul"), bv,
                     merge_leading(vk::array_out_view(out, out.shape()), batch + 1, "matmul"),
-                    d ? &*d : nullptr, alpha, d ? beta : 0.0f);
+                    d ? &*d : nullptr, alpha, d ? beta : 0.0);
   return true;
 }
 }  // namespace
@@ -314,8 +314,8 @@ vk::GpuView merge_batch_in_two(vk::GpuView v, size_t split, size_t batch) {
 // one but every operand's merge into two groups at one split (attention's [batch, heads] views of
 // [batch, tokens, heads, head_dim] arrays): no row-major copy of the operand (the GPT step's 4 MiB
 // copies); false (nothing recorded) otherwise.
-bool two_batch_dims(const Array& a, const Array& b, const Array* addend, Array& out, float alpha, float beta,
-                    const Shape& as, const Shape& bs) {
+bool two_batch_dims(const Array& a, const Array& b, const Array* addend, Array& out, double alpha,
+                    double beta, const Shape& as, const Shape& bs) {
   const size_t batch = as.size() - 2;
   if (batch < 2) return false;
   std::vector<vk::GpuView> views{broadcast_view(a, as), broadcast_view(b, bs)};
@@ -334,14 +334,14 @@ bool two_batch_dims(const Array& a, const Array& b, const Array* addend, Array& 
     for (vk::GpuView& v : views) v = merge_batch_in_two(std::move(v), split, batch);
     const vk::GpuView c = merge_batch_in_two(vk::array_out_view(out, out.shape()), split, batch);
     vk::record_matmul(vk::thread_recorder(), views[0], views[1], c, addend ? &views[2] : nullptr, alpha,
-                      addend ? beta : 0.0f);
+                      addend ? beta : 0.0);
     return true;
   }
   return false;
 }
 }  // namespace
 
-void matmul(const Array& a, const Array& b, Array& out, const Array* addend, float alpha, float beta) {
+void matmul(const Array& a, const Array& b, Array& out, const Array* addend, double alpha, double beta) {
   allocate(out);
   if (out.size() == 0) return;
   const Shape& s = out.shape();
@@ -354,17 +354,17 @@ void matmul(const Array& a, const Array& b, Array& out, const Array* addend, flo
   // gradient): when A's batch and row dims step as one, the products are one [batch * M, K] GEMM,
   // whose tiles fill the GPU better than batch products of M rows (the GPT's 32 x [128, 1024]
   // outputs: 85 -> 80 us each in the H200 step).
-  const Array* d_array = addend && beta != 0.0f ? addend : nullptr;
+  const Array* d_array = addend && beta != 0.0 ? addend : nullptr;
   if (batch > 0 && fold_shared_rhs(a, b, d_array, out, alpha, beta, as, bs)) return;
   if (two_batch_dims(a, b, d_array, out, alpha, beta, as, bs)) return;
   auto operand = [&](const Array& x, const Shape& shape) {
     return gemm_operand(broadcast_view(x, shape), batch, "matmul");
   };
   std::optional<vk::GpuView> d;
-  if (addend && beta != 0.0f) d = operand(*addend, s);
+  if (addend && beta != 0.0) d = operand(*addend, s);
   vk::record_matmul(vk::thread_recorder(), operand(a, as), operand(b, bs),
                     merge_leading(vk::array_out_view(out, s), batch, "matmul"), d ? &*d : nullptr, alpha,
-                    d ? beta : 0.0f);
+                    d ? beta : 0.0);
 }
 
 void linear(const Array& x, const Array& w, const Array* bias, Array& out) {

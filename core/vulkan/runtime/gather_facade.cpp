@@ -1,14 +1,18 @@
-// The gather family of the gpu facade (core/vulkan/gpu_gather.h) on the gather kernels: indices
-// become dense uint32 rows (index_rows.comp), operands become [P, N, Q] blocks (a dense copy when
-// their dims do not merge), and the joins are moves into views of their output.
+// The gather family of the gpu facade (core/vulkan/gpu_gather.h, gpu_scatter.h) on the gather
+// kernels: indices become dense uint32 rows (index_rows.comp), operands become [P, N, Q] blocks (a
+// dense copy when their dims do not merge), and the joins are moves into views of their output.
 //
 // Scatter-adds are deterministic: the rows are stably radix-sorted on the device and each output
 // element adds its updates in index order, as the CPU does, so GPU and CPU agree bit for bit and
 // two runs never differ. Float atomics would skip the sort (two to three passes over the indices,
 // which are small next to the [rows, features] updates of an embedding gradient) but would add in
-// a different order each run, and lavapipe, float16, bfloat16 and 64-bit types lack them.
+// a different order each run, and lavapipe, float16, bfloat16 and 64-bit types lack them. The
+// other scatters (set, max, min, prod) walk the same sorted segments.
+#include <optional>
+
 #include "kiln/core/vulkan/gpu.h"
 #include "kiln/core/vulkan/gpu_gather.h"
+#include "kiln/core/vulkan/gpu_scatter.h"
 #include "kiln/core/vulkan/runtime/array_views.h"
 #include "kiln/core/vulkan/runtime/gather_kernels.h"
 #include "kiln/core/vulkan/runtime/views.h"
@@ -53,14 +57,32 @@ void copy_into(vk::Recorder& r, const Array& x, const Array& out) {
 
 // out = x with `updates` (a [P, J, Q] block after merging dims [first, first + index dims)) added
 // at the rows `rows` picks from x's dims [first, last).
+// With `combine`, the updates combine by it instead of adding.
 void scatter_rows(vk::Recorder& r, const Array& x, const vk::BufferPtr& rows, int64_t j_count,
-                  const Array& updates, int first, int last, int index_ndim, Array& out) {
+                  const Array& updates, int first, int last, int index_ndim, Array& out,
+                  std::optional<vk::RowCombine> combine = std::nullopt) {
   const int64_t n = vk::shape_product(x.shape(), static_cast<size_t>(first), static_cast<size_t>(last));
   const vk::SortedRows sorted = vk::record_sort_rows(r, rows, j_count, n);
   const vk::GpuView xb = block(r, vk::array_view(x), static_cast<size_t>(first), static_cast<size_t>(last));
   const vk::GpuView ub =
       block(r, vk::array_view(updates), static_cast<size_t>(first), static_cast<size_t>(first + index_ndim));
-  vk::record_scatter_add_rows(r, xb, sorted, ub, vk::array_out_view(out, xb.shape));
+  if (combine)
+    vk::record_scatter_reduce_rows(r, xb, sorted, ub, *combine, vk::array_out_view(out, xb.shape));
+  else
+    vk::record_scatter_add_rows(r, xb, sorted, ub, vk::array_out_view(out, xb.shape));
+}
+
+vk::RowCombine row_combine(ScatterOp op) {
+  switch (op) {
+    case ScatterOp::set:
+      return vk::RowCombine::set;
+    case ScatterOp::max:
+      return vk::RowCombine::max;
+    case ScatterOp::min:
+      return vk::RowCombine::min;
+    default:
+      return vk::RowCombine::prod;
+  }
 }
 
 std::vector<vk::GpuView> views(std::span<const Array> arrays) {
@@ -116,6 +138,18 @@ void scatter_add_nd(const Array& x, const Array& updates, std::span<const Array>
   const Shape sizes(x.shape().begin(), x.shape().begin() + k);
   const vk::BufferPtr rows = vk::record_index_rows(r, views(indices), sizes);
   scatter_rows(r, x, rows, indices[0].size(), updates, 0, k, indices[0].ndim(), out);
+}
+
+void scatter_reduce_nd(const Array& x, const Array& updates, std::span<const Array> indices, ScatterOp op,
+                       Array& out) {
+  allocate(out);
+  if (out.size() == 0) return;
+  vk::Recorder& r = vk::thread_recorder();
+  if (indices[0].size() == 0) return copy_into(r, x, out);
+  const int k = static_cast<int>(indices.size());
+  const Shape sizes(x.shape().begin(), x.shape().begin() + k);
+  const vk::BufferPtr rows = vk::record_index_rows(r, views(indices), sizes);
+  scatter_rows(r, x, rows, indices[0].size(), updates, 0, k, indices[0].ndim(), out, row_combine(op));
 }
 
 void put_along_axis(const Array& x, const Array& indices, const Array& values, int axis, Array& out) {

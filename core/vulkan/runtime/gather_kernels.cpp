@@ -373,6 +373,98 @@ void record_scatter_add_rows(Recorder& r, const GpuView& x, const SortedRows& so
              p, groups_for(total, wg, ctx));
 }
 
+void record_scatter_reduce_rows(Recorder& r, const GpuView& x, const SortedRows& sorted, const GpuView& upd,
+                                RowCombine op, const GpuView& out) {
+  constexpr const char* name = "gpu scatter";
+  check_view(x, name);
+  check_view(upd, name);
+  check_view(out, name);
+  check_block(x, "x", name);
+  check_block(upd, "updates", name);
+  const int64_t P = x.shape[0], N = x.shape[1], Q = x.shape[2];
+  if (upd.shape != Shape{P, sorted.count, Q} || sorted.n != N)
+    throw ShapeError::of(name, "updates do not fit", "{} for x {} and {} rows", upd.shape, x.shape,
+                         sorted.count);
+  check_contiguous_out(out, x.shape, name);
+  if (out.offset != 0)
+    throw ValueError::of(name, "the output must start its buffer", "offset {}", out.offset);
+  if (upd.dtype != x.dtype || out.dtype != x.dtype)
+    throw ValueError::of(name, "dtypes differ", "{}, {} into {}", dtype_name(x.dtype), dtype_name(upd.dtype),
+                         dtype_name(out.dtype));
+  Context& ctx = r.context();
+  const DeviceCaps& caps = ctx.caps();
+  std::string shader;
+  if (op == RowCombine::set) {
+    shader = fmt::format("scatter_set_rows_{}", unit_suffix(size_of(x.dtype), ctx, name));
+  } else {
+    const char* variant = nullptr;
+    bool supported = true;
+    switch (x.dtype) {
+      case float32:
+        variant = "f32";
+        break;
+      case float16:
+        variant = "f16";
+        supported = caps.storage16;
+        break;
+      case bfloat16:
+        variant = "bf16";
+        supported = caps.storage16;
+        break;
+      case float64:
+        variant = "f64";
+        supported = caps.float64;
+        break;
+      case int32:
+        variant = "i32";
+        break;
+      case uint32:
+        variant = "u32";
+        break;
+      case int64:
+        variant = "i64";
+        break;
+      case int8:
+        variant = "i8";
+        supported = caps.storage8;
+        break;
+      case uint8:
+        variant = "u8";
+        supported = caps.storage8;
+        break;
+      default:
+        throw NotImplemented::of(name, "no GPU kernel for this dtype", "{}", dtype_name(x.dtype));
+    }
+    if (!supported)
+      throw NotImplemented::of(name, "the device lacks the storage or arithmetic this dtype needs",
+                               "{} on {}", dtype_name(x.dtype), caps.name);
+    const char* what = op == RowCombine::max ? "max" : op == RowCombine::min ? "min" : "prod";
+    shader = fmt::format("scatter_{}_rows_{}", what, variant);
+  }
+  const int64_t total = P * N * Q;
+  if (total == 0) return;
+  const BlocksPush p{u32(total),
+                     u32(N),
+                     u32(Q),
+                     u32(sorted.count),
+                     u32(x.offset),
+                     i32(x.strides[0]),
+                     i32(x.strides[1]),
+                     i32(x.strides[2]),
+                     u32(upd.offset),
+                     i32(upd.strides[0]),
+                     i32(upd.strides[1]),
+                     i32(upd.strides[2])};
+  const uint32_t wg = workgroup_size(ctx);
+  r.dispatch(builtin_shader(shader), {wg},
+             {{x.buffer, Access::read},
+              {upd.buffer, Access::read},
+              {sorted.offsets, Access::read},
+              {sorted.order, Access::read},
+              {out.buffer, Access::write}},
+             p, groups_for(total, wg, ctx));
+}
+
 void record_put_rows(Recorder& r, const GpuView& x, const BufferPtr& rows, const GpuView& vals,
                      const GpuView& out) {
   constexpr const char* op = "gpu put_along_axis";

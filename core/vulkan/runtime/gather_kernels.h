@@ -44,6 +44,17 @@ SortedRows record_sort_rows(Recorder& r, const BufferPtr& rows, int64_t count, i
 void record_scatter_add_rows(Recorder& r, const GpuView& x, const SortedRows& sorted, const GpuView& upd,
                              const GpuView& out);
 
+/// How record_scatter_reduce_rows combines (gpu::ScatterOp's order): the last update in index
+/// order, or the max, min or product of the old value and all updates.
+enum class RowCombine { set, max, min, prod };
+
+/// out[p, r, q] = x[p, r, q] combined by `op` with the updates upd[p, j, q] of the j in row r's
+/// segment, walked in order of j as the CPU does (deterministic, no atomics); otherwise as
+/// record_scatter_add_rows. set: any dtype of 1 to 8 bytes (moved as bits); max, min, prod:
+/// numeric dtypes (max and min keep NaN). Throws ShapeError, ValueError, NotImplemented.
+void record_scatter_reduce_rows(Recorder& r, const GpuView& x, const SortedRows& sorted, const GpuView& upd,
+                                RowCombine op, const GpuView& out);
+
 /// out[p, r, q] = vals[p, j, q] for the last j with rows[(p * J + j) * Q + q] == r, else x[p, r, q]
 /// (put_along_axis). x [P, N, Q] and vals [P, J, Q] blocks, rows dense [P, J, Q] (rows >= N match
 /// nothing), out contiguous [P, N, Q]. Any dtype of 1 to 8 bytes.

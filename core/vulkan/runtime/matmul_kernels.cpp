@@ -33,8 +33,11 @@ struct MatmulPush {
   float alpha, beta;
   uint32_t splits, k_chunk;
   uint32_t batch_inner, a_inner_stride, b_inner_stride, d_inner_stride;
+  // alpha and beta as doubles' (low, high) words, for the float64 kernel: float64 products must
+  // not round their coefficients to float32.
+  uint32_t alpha64[2], beta64[2];
 };
-static_assert(sizeof(MatmulPush) == 104 && sizeof(MatmulPush) <= Context::kPushConstantBytes);
+static_assert(sizeof(MatmulPush) == 120 && sizeof(MatmulPush) <= Context::kPushConstantBytes);
 
 // The batch strides of a GEMM view of rank 2 (none), 3 (one batch dim) or 4 (two batch dims, the
 // product (i, j) numbered i * shape[1] + j): outer and inner, 0 for a dim of size 1 (never stepped).
@@ -318,7 +321,7 @@ int64_t last_matmul_batch() { return tls_last_matmul_batch; }
 bool last_matmul_aligned() { return tls_last_matmul_aligned; }
 
 void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuView& c, const GpuView* d,
-                   float alpha, float beta) {
+                   double alpha, double beta) {
   check_view(a, kOp);
   check_view(b, kOp);
   check_view(c, kOp);
@@ -327,7 +330,7 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
     if (d->dtype != c.dtype || d->shape != c.shape)
       throw ShapeError::of(kOp, "the addend must have the output's shape and dtype", "{} {} for {}",
                            dtype_name(d->dtype), d->shape, c.shape);
-  } else if (beta != 0.0f) {
+  } else if (beta != 0.0) {
     throw ValueError::of(kOp, "beta without an addend", "beta {}", beta);
   }
   if (a.dtype != b.dtype || a.dtype != c.dtype)
@@ -395,14 +398,18 @@ void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuVie
                u(d ? d->strides[rank - 1] : 0),
                u(d ? d->offset : 0),
                u(db.outer),
-               alpha,
-               beta,
+               static_cast<float>(alpha),
+               static_cast<float>(beta),
                1,
                u(std::max<int64_t>(k, 1)),
                u(batch_inner),
                u(ab.inner),
                u(bb.inner),
-               u(db.inner)};
+               u(db.inner),
+               {},
+               {}};
+  std::memcpy(p.alpha64, &alpha, sizeof alpha);  // x86-64 and GLSL's packDouble2x32: low word first
+  std::memcpy(p.beta64, &beta, sizeof beta);
   // Specialization constant kTwoBatchDims (shaders/linalg/matmul_push.glsl).
   const uint32_t two_batch_dims = batch_inner > 1 ? 1u : 0u;
   const DeviceCaps& caps = ctx.caps();

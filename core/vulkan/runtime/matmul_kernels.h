@@ -26,7 +26,7 @@ namespace kiln::detail::vk {
 /// Throws ShapeError, ValueError, NotImplemented (other dtypes, a missing device feature, more tiles
 /// than one dispatch takes).
 void record_matmul(Recorder& r, const GpuView& a, const GpuView& b, const GpuView& c,
-                   const GpuView* d = nullptr, float alpha = 1.0f, float beta = 0.0f);
+                   const GpuView* d = nullptr, double alpha = 1.0, double beta = 0.0);
 
 /// How float32, bfloat16 and non-tensor-core float16 GEMMs are tiled, process-wide (for tests and
 /// benchmarks). `tile` names a variant of shaders/linalg/matmul_f32.comp: "128", "128k16",

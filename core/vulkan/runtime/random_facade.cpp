@@ -1,10 +1,20 @@
-// gpu::random_permutation (core/vulkan/gpu.h) on shaders/random/permutation.comp. The other random
-// primitives are generated elementwise kernels (gpu::keyed_elementwise in facade.cpp).
+// gpu::random_permutation (core/vulkan/gpu.h) on shaders/random/permutation.comp, and
+// gpu::keyed_elementwise_inputs (core/vulkan/gpu_random.h). The other random primitives are
+// generated elementwise kernels (gpu::keyed_elementwise in facade.cpp).
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "kiln/core/cpu/strided.h"
 #include "kiln/core/vulkan/gpu.h"
+#include "kiln/core/vulkan/gpu_random.h"
 #include "kiln/core/vulkan/runtime/array_views.h"
 #include "kiln/core/vulkan/runtime/context.h"
+#include "kiln/core/vulkan/runtime/elementwise.h"
 #include "kiln/core/vulkan/runtime/memory.h"
 #include "kiln/core/vulkan/runtime/pipeline_cache.h"
+#include "kiln/core/vulkan/runtime/recorder.h"
 #include "kiln/core/vulkan/runtime/views.h"
 
 namespace kiln::gpu {
@@ -49,6 +59,43 @@ void random_permutation(const Array& keys, int64_t n, Array& out) {
                vk::Groups::linear((rows + wg - 1) / wg, r.context()));
     first = last;
   }
+}
+
+void keyed_elementwise_inputs(std::string_view helpers, Dtype compute, const Array& keys, int64_t sample_size,
+                              std::span<const Array> inputs, Array& out) {
+  allocate(out);
+  if (out.size() == 0) return;
+  if (sample_size > vk::kMaxIndex)
+    throw NotImplemented::of("gpu random", "samples past 2^31 elements are not supported on the GPU",
+                             "{} elements", sample_size);
+  // The keys' two words broadcast over each sample ((batch..., 1, ..., 1) views), as
+  // keyed_elementwise does, then the inputs broadcast to out's shape.
+  const vk::GpuView kv = vk::array_view(keys);
+  const size_t batch = kv.shape.size() - 1, sample_rank = out.shape().size() - batch;
+  vk::GpuView word0 = kv;
+  word0.shape.pop_back();
+  word0.strides.pop_back();
+  word0.shape.insert(word0.shape.end(), sample_rank, 1);
+  word0.strides.insert(word0.strides.end(), sample_rank, 0);
+  vk::GpuView word1 = word0;
+  word1.offset += kv.strides.back();
+  std::vector<vk::GpuView> views{word0, word1};
+  std::string args;
+  for (const Array& x : inputs) {
+    vk::GpuView v = vk::array_view(x);
+    v.strides = detail::broadcast_strides(v.shape, v.strides, out.shape());
+    v.shape = out.shape();
+    args += fmt::format(", v{}", views.size());
+    views.push_back(std::move(v));
+  }
+  vk::ElementwiseKernel k{.inputs = {},
+                          .compute = compute,
+                          .out = out.dtype(),
+                          .expr = fmt::format("kiln_keyed(uvec2(v0, v1), {}{})",
+                                              batch == 0 ? "j" : fmt::format("j % {}u", sample_size), args),
+                          .helpers = fmt::format("#include \"common/random.glsl\"\n{}\n", helpers)};
+  for (const vk::GpuView& v : views) k.inputs.push_back(v.dtype);
+  vk::record_elementwise(vk::thread_recorder(), k, views, vk::array_out_view(out, out.shape()));
 }
 
 }  // namespace kiln::gpu

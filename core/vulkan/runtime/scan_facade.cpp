@@ -34,8 +34,9 @@ void scan(ScanKind kind, const Array& x, int axis, bool reverse, bool inclusive,
   }
   v.shape = {outer, n, inner};
   v.strides = {*outer_stride, axis_stride, *inner_stride};
-  const vk::ScanParams params{kind == ScanKind::prod ? vk::ScanOp::prod : vk::ScanOp::sum, reverse,
-                              inclusive};
+  constexpr vk::ScanOp kOps[] = {vk::ScanOp::sum, vk::ScanOp::prod, vk::ScanOp::max, vk::ScanOp::min,
+                                 vk::ScanOp::logaddexp};
+  const vk::ScanParams params{kOps[static_cast<int>(kind)], reverse, inclusive};
   vk::record_scan(r, params, v, vk::array_out_view(out, v.shape));
 }
 

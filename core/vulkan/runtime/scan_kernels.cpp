@@ -40,18 +40,22 @@ struct ColsPush {
 // A kernel variant: the shaders' name suffix, how the input is decoded (kInType) and the result
 // encoded (kOutType), and the accumulator's dtype (of the totals and carries of a split).
 struct Variant {
-  const char* family = "f32";  // f32, f32d, f32_h16, u32, f64, u64
+  const char* family = "f32";  // f32, f32d, f32_h16, u32, i32, f64, u64, i64
   uint32_t in_type = 0, out_type = 0;
   Dtype acc = float32;
 };
 
-// As on the CPU, float32 accumulates in float64 where the device has it (a scan is memory-bound:
-// the wider accumulator costs nothing, and a float32 product of 10^4 factors near 1 drifts by
-// ~1e-4 through rounding alone); float16 and bfloat16 accumulate in float32.
-Variant variant_for(Dtype in, const ScanFeatures& f) {
+// As on the CPU, float32 sums, products and logaddexps accumulate in float64 where the device has
+// it (a scan is memory-bound: the wider accumulator costs nothing, and a float32 product of 10^4
+// factors near 1 drifts by ~1e-4 through rounding alone); float16 and bfloat16 accumulate in
+// float32. max and min compare in float32 (exact), and signed integers as signed.
+Variant variant_for(Dtype in, ScanOp op, const ScanFeatures& f) {
+  const bool extreme = op == ScanOp::max || op == ScanOp::min;
+  if (op == ScanOp::logaddexp && !is_floating(in))
+    throw ValueError::of(kOp, "logaddexp scans take floats", "{}", dtype_name(in));
   switch (in) {
     case float32:
-      return f.float64 ? Variant{"f32d", 0, 0, float64} : Variant{"f32", 0, 0, float32};
+      return f.float64 && !extreme ? Variant{"f32d", 0, 0, float64} : Variant{"f32", 0, 0, float32};
     case float16:
       return {"f32_h16", 1, 0, float32};
     case bfloat16:
@@ -60,12 +64,13 @@ Variant variant_for(Dtype in, const ScanFeatures& f) {
     case uint8:
       return {"u32", 3, 0, uint32};
     case int8:
-      return {"u32", 4, 0, uint32};
+      return extreme ? Variant{"i32", 4, 0, int32} : Variant{"u32", 4, 0, uint32};
     case int32:
+      return extreme ? Variant{"i32", 0, 0, int32} : Variant{"u32", 0, 0, uint32};
     case uint32:
       return {"u32", 0, 0, uint32};
     case int64:
-      return {"u64", 0, 0, int64};
+      return extreme ? Variant{"i64", 0, 0, int64} : Variant{"u64", 0, 0, int64};
     case float64:
       return {"f64", 0, 0, float64};
   }
@@ -88,7 +93,7 @@ struct Pass {
 // The spec constants of scan_common.glsl.
 std::array<uint32_t, 8> spec(uint32_t wg, const Variant& v, const ScanParams& sp, const Pass& pass) {
   return {wg,
-          sp.op == ScanOp::prod ? 1u : 0u,
+          static_cast<uint32_t>(sp.op),
           v.in_type,
           v.out_type,
           pass.totals ? 1u : 0u,
@@ -154,7 +159,7 @@ void three_passes(Recorder& r, const ScanFeatures& f, const Variant& v, const Sc
   const BufferPtr totals = alloc.allocate(static_cast<size_t>(count) * size_of(v.acc));
   const BufferPtr carries = alloc.allocate(static_cast<size_t>(count) * size_of(v.acc));
   dispatch(totals, Pass{.totals = true});
-  scan_block(r, f, variant_for(v.acc, f), {sp.op, sp.reverse, false},
+  scan_block(r, f, variant_for(v.acc, sp.op, f), {sp.op, sp.reverse, false},
              GpuView::contiguous(totals, v.acc, totals_shape), carries, 0);
   dispatch(nullptr, Pass{.carry = carries});
 }
@@ -202,6 +207,9 @@ Dtype scan_out_dtype(Dtype t) {
   if (t == uint8) return uint32;
   return t;
 }
+Dtype scan_out_dtype(ScanOp op, Dtype t) {
+  return op == ScanOp::sum || op == ScanOp::prod ? scan_out_dtype(t) : t;
+}
 
 void record_scan(Recorder& r, const ScanParams& params, const GpuView& x, const GpuView& out) {
   record_scan(r, params, x, out, ScanFeatures::of(r.context().caps()));
@@ -216,23 +224,38 @@ void record_scan(Recorder& r, const ScanParams& params, const GpuView& x, const 
   check_view(out, kOp);
   if (x.shape.size() != 3) throw ShapeError::of(kOp, "needs an [outer, n, inner] view", "{}", x.shape);
   check_contiguous_out(out, x.shape, kOp);
-  if (out.dtype != scan_out_dtype(x.dtype))
+  if (out.dtype != scan_out_dtype(params.op, x.dtype))
     throw ValueError::of(kOp, "wrong output dtype", "{} for {} input, expected {}", dtype_name(out.dtype),
-                         dtype_name(x.dtype), dtype_name(scan_out_dtype(x.dtype)));
+                         dtype_name(x.dtype), dtype_name(scan_out_dtype(params.op, x.dtype)));
   if (x.dtype == int64 && !f.int64)
     throw NotImplemented::of(kOp, "int64 needs the device feature shaderInt64", "{} lacks it", caps.name);
   if (x.dtype == float64 && !f.float64)
     throw NotImplemented::of(kOp, "float64 needs the device feature shaderFloat64", "{} lacks it", caps.name);
+  Variant v = variant_for(x.dtype, params.op, f);
   const int64_t count = numel(x.shape);
   if (count == 0) return;
-  Variant v = variant_for(x.dtype, f);
-  if (std::string_view(v.family) == "f32_h16" && !f.storage16) {
-    // Without 16-bit stores: the scan in float32, then the CPU's rounding by a conversion kernel.
-    const BufferPtr tmp = r.context().allocator().allocate(static_cast<size_t>(count) * sizeof(float));
+  // Results the kernels do not store: 8-bit ones (max and min of bool, uint8 and int8) and 16-bit
+  // ones on a device without 16-bit stores. The scan goes into a 32-bit buffer, then a conversion
+  // kernel rounds (16-bit: the CPU's rounding) or narrows into out. The values fit, except the
+  // 32-bit identities that exclusive scans start with: clamped to the 8-bit type's range they are
+  // its own (-128 and 127, 255; bool: nonzero is true).
+  Dtype staged = out.dtype;
+  std::string expr = "x0";
+  if (out.dtype == bool_ || out.dtype == uint8) {
+    staged = uint32;
+    if (out.dtype == uint8) expr = "min(x0, 255u)";
+  } else if (out.dtype == int8) {
+    staged = int32;
+    expr = "clamp(x0, -128, 127)";
+  } else if (std::string_view(v.family) == "f32_h16" && !f.storage16) {
+    staged = float32;
     v.family = "f32";
+  }
+  if (staged != out.dtype) {
+    const BufferPtr tmp = r.context().allocator().allocate(static_cast<size_t>(count) * size_of(staged));
     scan_block(r, f, v, params, x, tmp, 0);
-    const GpuView scanned = GpuView::contiguous(tmp, float32, x.shape);
-    record_elementwise(r, {.inputs = {float32}, .compute = float32, .out = out.dtype, .expr = "x0"},
+    const GpuView scanned = GpuView::contiguous(tmp, staged, x.shape);
+    record_elementwise(r, {.inputs = {staged}, .compute = staged, .out = out.dtype, .expr = expr},
                        {&scanned, 1}, out);
     return;
   }
