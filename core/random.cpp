@@ -214,26 +214,9 @@ template class RandomOp<RandomPermutation>;
 namespace random {
 namespace {
 
-void check_key(const char* op, const Array& key) {
-  if (!key.valid()) throw ValueError::of(op, "the key is an empty (default-constructed) array");
-  if (key.dtype() != uint32)
-    throw DtypeError::of(op, "a key must be uint32 of shape (2,), as random::key makes it", "got {}",
-                         dtype_name(key.dtype()));
-  if (key.shape() != Shape{2})
-    throw ShapeError::of(op, "a key must be uint32 of shape (2,), as random::key makes it", "got shape {}",
-                         shape_str(key.shape()));
-}
-
-void check_shape(const char* op, const Shape& shape) {
-  if (shape.size() > static_cast<size_t>(kMaxDims))
-    throw ShapeError::of(op, "too many dimensions", "shape {} has more than {}", shape_str(shape), kMaxDims);
-  for (int64_t d : shape)
-    if (d < 0) throw ShapeError::of(op, "negative dimension", "shape {}", shape_str(shape));
-}
-
-void check_float_dtype(const char* op, Dtype dtype) {
-  if (!is_floating(dtype)) throw DtypeError::of(op, "dtype must be floating", "got {}", dtype_name(dtype));
-}
+using detail::check_float_dtype;
+using detail::check_key;
+using detail::check_shape;
 
 template <class P, class... A>
 Array build(const Array& key, StreamOrDevice s, A&&... params) {

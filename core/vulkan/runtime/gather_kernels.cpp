@@ -294,6 +294,58 @@ SortedRows record_sort_rows(Recorder& r, const BufferPtr& rows, int64_t count, i
   return {vals, offsets, count, n};
 }
 
+namespace {
+
+// The shader suffix of a row kernel (scatter-add, or set/max/min/prod) for `t`, after checking that
+// the device can run it. Modular adds need no sign (one kernel for int32 and uint32); the
+// combining kernels compare, so signed types have their own.
+const char* row_variant(Dtype t, const DeviceCaps& caps, const char* op, bool signed_kernels) {
+  const char* variant = nullptr;
+  bool supported = true;
+  switch (t) {
+    case float32:
+      variant = "f32";
+      break;
+    case float16:
+      variant = "f16";
+      supported = caps.storage16;
+      break;
+    case bfloat16:
+      variant = "bf16";
+      supported = caps.storage16;
+      break;
+    case float64:
+      variant = "f64";
+      supported = caps.float64;
+      break;
+    case int32:
+      variant = signed_kernels ? "i32" : "u32";
+      break;
+    case uint32:
+      variant = "u32";
+      break;
+    case int64:
+      variant = signed_kernels ? "i64" : "u64";
+      break;
+    case int8:
+      variant = signed_kernels ? "i8" : "u8";
+      supported = caps.storage8;
+      break;
+    case uint8:
+      variant = "u8";
+      supported = caps.storage8;
+      break;
+    default:
+      throw NotImplemented::of(op, "no GPU kernel for this dtype", "{}", dtype_name(t));
+  }
+  if (!supported)
+    throw NotImplemented::of(op, "the device lacks the storage or arithmetic this dtype needs", "{} on {}",
+                             dtype_name(t), caps.name);
+  return variant;
+}
+
+}  // namespace
+
 void record_scatter_add_rows(Recorder& r, const GpuView& x, const SortedRows& sorted, const GpuView& upd,
                              const GpuView& out) {
   constexpr const char* op = "gpu scatter_add";
@@ -313,42 +365,7 @@ void record_scatter_add_rows(Recorder& r, const GpuView& x, const SortedRows& so
                          dtype_name(out.dtype));
   Context& ctx = r.context();
   const DeviceCaps& caps = ctx.caps();
-  const char* variant = nullptr;
-  bool supported = true;
-  switch (x.dtype) {
-    case float32:
-      variant = "f32";
-      break;
-    case float16:
-      variant = "f16";
-      supported = caps.storage16;
-      break;
-    case bfloat16:
-      variant = "bf16";
-      supported = caps.storage16;
-      break;
-    case float64:
-      variant = "f64";
-      supported = caps.float64;
-      break;
-    case int32:
-    case uint32:
-      variant = "u32";  // modular adds: one kernel for both
-      break;
-    case int64:
-      variant = "u64";
-      break;
-    case int8:
-    case uint8:
-      variant = "u8";
-      supported = caps.storage8;
-      break;
-    default:
-      throw NotImplemented::of(op, "no GPU kernel for this dtype", "{}", dtype_name(x.dtype));
-  }
-  if (!supported)
-    throw NotImplemented::of(op, "the device lacks the storage or arithmetic this dtype needs", "{} on {}",
-                             dtype_name(x.dtype), caps.name);
+  const char* variant = row_variant(x.dtype, caps, op, false);
   const int64_t total = P * N * Q;
   if (total == 0) return;
   const BlocksPush p{u32(total),
@@ -397,47 +414,7 @@ void record_scatter_reduce_rows(Recorder& r, const GpuView& x, const SortedRows&
   if (op == RowCombine::set) {
     shader = fmt::format("scatter_set_rows_{}", unit_suffix(size_of(x.dtype), ctx, name));
   } else {
-    const char* variant = nullptr;
-    bool supported = true;
-    switch (x.dtype) {
-      case float32:
-        variant = "f32";
-        break;
-      case float16:
-        variant = "f16";
-        supported = caps.storage16;
-        break;
-      case bfloat16:
-        variant = "bf16";
-        supported = caps.storage16;
-        break;
-      case float64:
-        variant = "f64";
-        supported = caps.float64;
-        break;
-      case int32:
-        variant = "i32";
-        break;
-      case uint32:
-        variant = "u32";
-        break;
-      case int64:
-        variant = "i64";
-        break;
-      case int8:
-        variant = "i8";
-        supported = caps.storage8;
-        break;
-      case uint8:
-        variant = "u8";
-        supported = caps.storage8;
-        break;
-      default:
-        throw NotImplemented::of(name, "no GPU kernel for this dtype", "{}", dtype_name(x.dtype));
-    }
-    if (!supported)
-      throw NotImplemented::of(name, "the device lacks the storage or arithmetic this dtype needs",
-                               "{} on {}", dtype_name(x.dtype), caps.name);
+    const char* variant = row_variant(x.dtype, caps, name, true);
     const char* what = op == RowCombine::max ? "max" : op == RowCombine::min ? "min" : "prod";
     shader = fmt::format("scatter_{}_rows_{}", what, variant);
   }
