@@ -253,7 +253,8 @@ Array randint(const Shape& shape, const Array& key, const Array& low, const Arra
   check_broadcasts_to("randint", shape, {low.shape(), high.shape()});
   // JAX's _convert_and_clip_integer: the bounds clipped into the dtype's range, and a high past its
   // maximum makes the maximum reachable.
-  const auto [t_min, t_max] = int_limits(dtype);
+  const auto limits = int_limits(dtype);
+  const auto t_min = limits.first, t_max = limits.second;
   auto clip_to_dtype = [&](const Array& x) {
     const auto [x_min, x_max] = int_limits(x.dtype());
     if (x_min >= t_min && x_max <= t_max) return astype(x, dtype, s);

@@ -95,8 +95,8 @@ Array matrix_norm(const Array& x, double ord, int r, int c, bool keepdims, Strea
     throw ValueError::of("norm", "a matrix norm's order must be 1, -1, 2, -2, inf, -inf, 'fro' or 'nuc'",
                          "got {}", ord);
   }
-  const Array sums = sum(abs(x, s), {inner}, true, s);
-  Array y = ord > 0 ? max(sums, {outer}, true, s) : min(sums, {outer}, true, s);
+  const Array sums = sum(abs(x, s), inner, true, s);
+  Array y = ord > 0 ? max(sums, outer, true, s) : min(sums, outer, true, s);
   return keepdims ? y : squeeze(y, {r, c}, s);
 }
 
