@@ -46,6 +46,7 @@
 #include "kiln/io/keras_weights.h"
 #include "kiln/io/metrics.h"
 #include "kiln/io/progress.h"
+#include "kiln/io/safetensors.h"
 #include "kiln/nn/activations.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/layers/attention.h"

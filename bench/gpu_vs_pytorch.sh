@@ -30,7 +30,7 @@ tests=(vulkan_runtime_test vulkan_kernels_test elementwise_kernel_test glsl_comp
 # The op suites of tests/core run with the GPU as the default device (their gpu. pass in ctest), on
 # NVIDIA's driver: the `ops` part (archive bin-ops).
 ops=(unary_test binary_test ternary_test transforms_test linalg_decomp_test shape_more_test einsum_test
-  conv_transpose_test array_test dtype_test compile_test linalg_test conv_test)
+  conv_transpose_test array_test dtype_test int_dtypes_test compile_test linalg_test conv_test)
 
 case "${1:-}" in
   prepare)

@@ -8,15 +8,33 @@
 
 namespace kiln {
 
-enum class Dtype : uint8_t { bool_, uint8, int8, int32, int64, uint32, float16, bfloat16, float32, float64 };
-inline constexpr int kNumDtypes = 10;
+// Floats come last (is_floating); the order is in memory only (files use their own codes).
+enum class Dtype : uint8_t {
+  bool_,
+  uint8,
+  int8,
+  int16,
+  uint16,
+  int32,
+  int64,
+  uint32,
+  uint64,
+  float16,
+  bfloat16,
+  float32,
+  float64
+};
+inline constexpr int kNumDtypes = 13;
 
 inline constexpr Dtype bool_ = Dtype::bool_;
 inline constexpr Dtype uint8 = Dtype::uint8;
 inline constexpr Dtype int8 = Dtype::int8;
+inline constexpr Dtype int16 = Dtype::int16;
+inline constexpr Dtype uint16 = Dtype::uint16;
 inline constexpr Dtype int32 = Dtype::int32;
 inline constexpr Dtype int64 = Dtype::int64;
 inline constexpr Dtype uint32 = Dtype::uint32;
+inline constexpr Dtype uint64 = Dtype::uint64;
 inline constexpr Dtype float16 = Dtype::float16;
 inline constexpr Dtype bfloat16 = Dtype::bfloat16;
 inline constexpr Dtype float32 = Dtype::float32;
@@ -24,12 +42,15 @@ inline constexpr Dtype float64 = Dtype::float64;
 
 /// Bytes per element.
 constexpr int size_of(Dtype t) {
-  constexpr int kSizes[] = {1, 1, 1, 4, 8, 4, 2, 2, 4, 8};
+  constexpr int kSizes[] = {1, 1, 1, 2, 2, 4, 8, 4, 8, 2, 2, 4, 8};
   return kSizes[static_cast<int>(t)];
 }
 constexpr bool is_floating(Dtype t) { return t >= Dtype::float16; }
 constexpr bool is_integral(Dtype t) { return t != Dtype::bool_ && t < Dtype::float16; }
-constexpr bool is_unsigned(Dtype t) { return t == Dtype::uint8 || t == Dtype::uint32 || t == Dtype::bool_; }
+constexpr bool is_unsigned(Dtype t) {
+  return t == Dtype::bool_ || t == Dtype::uint8 || t == Dtype::uint16 || t == Dtype::uint32 ||
+         t == Dtype::uint64;
+}
 
 /// The dtype's name as NumPy spells it ("float32", "bool").
 std::string_view dtype_name(Dtype t);
@@ -52,12 +73,13 @@ class DtypeSet {
   uint32_t bits_ = 0;  // public so DtypeSet can be a template argument (a structural type)
 };
 inline constexpr DtypeSet kFloatTypes{float16, bfloat16, float32, float64};
-inline constexpr DtypeSet kIntTypes{uint8, int8, int32, int64, uint32};
-inline constexpr DtypeSet kSignedTypes = DtypeSet{int8, int32, int64} | kFloatTypes;
+inline constexpr DtypeSet kIntTypes{uint8, int8, int16, uint16, int32, int64, uint32, uint64};
+inline constexpr DtypeSet kSignedTypes = DtypeSet{int8, int16, int32, int64} | kFloatTypes;
 inline constexpr DtypeSet kNumericTypes = kIntTypes | kFloatTypes;
 inline constexpr DtypeSet kAllTypes = kNumericTypes | DtypeSet{bool_};
 
-/// NumPy/MLX promotion of two array dtypes (int32 + float16 -> float16, uint32 + int32 -> int64).
+/// NumPy/MLX promotion of two array dtypes (int32 + float16 -> float16, uint32 + int32 -> int64,
+/// uint8 + int8 -> int16; uint64 + a signed integer -> float64, as NumPy and JAX with x64).
 Dtype promote_types(Dtype a, Dtype b);
 
 /// Kind of a C++ scalar used as an operand; scalars are weak-typed and adopt the array's dtype
@@ -76,12 +98,18 @@ constexpr Dtype dtype_of() {
     return uint8;
   else if constexpr (std::is_same_v<T, int8_t>)
     return int8;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return int16;
+  else if constexpr (std::is_same_v<T, uint16_t>)
+    return uint16;
   else if constexpr (std::is_same_v<T, int32_t>)
     return int32;
   else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, long long>)
     return int64;
   else if constexpr (std::is_same_v<T, uint32_t>)
     return uint32;
+  else if constexpr (std::is_same_v<T, uint64_t> || std::is_same_v<T, unsigned long long>)
+    return uint64;
   else if constexpr (std::is_same_v<T, float16_t>)
     return float16;
   else if constexpr (std::is_same_v<T, bfloat16_t>)

@@ -49,12 +49,18 @@ IntInfo iinfo(Dtype dtype) {
       return {dtype, 8, 0, std::numeric_limits<uint8_t>::max()};
     case int8:
       return {dtype, 8, std::numeric_limits<int8_t>::min(), std::numeric_limits<int8_t>::max()};
+    case int16:
+      return {dtype, 16, std::numeric_limits<int16_t>::min(), std::numeric_limits<int16_t>::max()};
+    case uint16:
+      return {dtype, 16, 0, std::numeric_limits<uint16_t>::max()};
     case int32:
       return {dtype, 32, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
     case int64:
       return {dtype, 64, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
     case uint32:
       return {dtype, 32, 0, std::numeric_limits<uint32_t>::max()};
+    case uint64:
+      return {dtype, 64, 0, std::numeric_limits<uint64_t>::max()};
     default:
       throw DtypeError::of("iinfo", "not an integer dtype", "{} (finfo takes floats)", dtype_name(dtype));
   }

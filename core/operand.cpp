@@ -12,10 +12,16 @@ bool fits(int64_t v, Dtype t) {
       return v >= 0 && v <= 255;
     case int8:
       return v >= -128 && v <= 127;
+    case int16:
+      return v >= INT16_MIN && v <= INT16_MAX;
+    case uint16:
+      return v >= 0 && v <= UINT16_MAX;
     case int32:
       return v >= INT32_MIN && v <= INT32_MAX;
     case uint32:
       return v >= 0 && v <= static_cast<int64_t>(UINT32_MAX);
+    case uint64:
+      return v >= 0;
     default:
       return true;
   }

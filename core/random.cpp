@@ -186,7 +186,9 @@ std::string RandomInt::glsl() const {
   const std::string sum = fmt::format(
       "kiln_add64(uvec2({}u, {}u), kiln_multiply_high64(kiln_random_bits64(key, i), uvec2({}u, {}u)))",
       low >> 32, static_cast<uint32_t>(low), range >> 32, static_cast<uint32_t>(range));
-  return dtype_ == int64 ? fmt::format("int64_t(packUint2x32(({}).yx))", sum) : fmt::format("({}).y", sum);
+  if (dtype_ == int64 || dtype_ == uint64)
+    return fmt::format("{}(packUint2x32(({}).yx))", dtype_ == int64 ? "int64_t" : "uint64_t", sum);
+  return fmt::format("({}).y", sum);
 }
 
 void RandomPermutation::eval_gpu(std::span<const Array> in, std::span<Array> out) const {
@@ -217,6 +219,7 @@ namespace {
 using detail::check_float_dtype;
 using detail::check_key;
 using detail::check_shape;
+using detail::int_limits;
 
 template <class P, class... A>
 Array build(const Array& key, StreamOrDevice s, A&&... params) {
@@ -235,12 +238,6 @@ bool finite_in(double v, Dtype t) {
 }
 
 // The bounds an integer dtype can hold, as int64 (uint32's top fits too).
-std::pair<int64_t, int64_t> int_limits(Dtype t) {
-  return detail::visit_dtype<kIntTypes>(t, "randint", [](auto tag) {
-    using T = typename decltype(tag)::type;
-    return std::pair<int64_t, int64_t>(std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
-  });
-}
 
 }  // namespace
 

@@ -89,8 +89,11 @@ class RandomIntRange final : public PrimitiveWithParams<RandomIntRange> {
   // The CPU's arithmetic in 64-bit words (uvec2: high, low); the bounds arrive as stored, so the
   // comparison is signed or unsigned as the dtype is.
   void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
-    const bool wide = dtype_ == int64;
-    const char* value = wide ? "int64_t" : (dtype_ == uint8 || dtype_ == uint32) ? "uint" : "int";
+    const bool wide = size_of(dtype_) == 8;
+    const char* value = dtype_ == int64       ? "int64_t"
+                        : dtype_ == uint64    ? "uint64_t"
+                        : is_unsigned(dtype_) ? "uint"
+                                              : "int";
     std::string helpers = R"(
 uvec2 kiln_ext64(int v) { return uvec2(v < 0 ? 0xFFFFFFFFu : 0u, uint(v)); }
 uvec2 kiln_ext64(uint v) { return uvec2(0u, v); }
@@ -100,9 +103,11 @@ uvec2 kiln_sub64(uvec2 a, uvec2 b) {
   return uvec2(a.x - b.x - borrow, lo);
 }
 )";
-    if (wide) helpers += "uvec2 kiln_ext64(int64_t v) { return unpackUint2x32(uint64_t(v)).yx; }\n";
-    helpers +=
-        fmt::format(R"(
+    if (wide)
+      helpers +=
+          "uvec2 kiln_ext64(int64_t v) { return unpackUint2x32(uint64_t(v)).yx; }\n"
+          "uvec2 kiln_ext64(uint64_t v) { return unpackUint2x32(v).yx; }\n";
+    helpers += fmt::format(R"(
 {0} kiln_keyed(uvec2 key, uint i, {1} lo, {1} hi, {1} inclusive) {{
   const uvec2 range = hi > lo ? kiln_add64(kiln_sub64(kiln_ext64(hi), kiln_ext64(lo)), uvec2(0u, uint(inclusive)))
                               : uvec2(0u, 1u);
@@ -111,9 +116,10 @@ uvec2 kiln_sub64(uvec2 a, uvec2 b) {
   return {2};
 }}
 )",
-                    wide ? "int64_t" : "uint", value, wide ? "int64_t(packUint2x32(sum.yx))" : "sum.y");
+                           wide ? value : "uint", value,
+                           wide ? fmt::format("{}(packUint2x32(sum.yx))", value) : "sum.y");
     const std::vector<Array> bounds{in[1], in[2], in[3]};
-    gpu::keyed_elementwise_inputs(helpers, wide ? int64 : uint32, in[0], shape_size(shape_), bounds, out[0]);
+    gpu::keyed_elementwise_inputs(helpers, wide ? dtype_ : uint32, in[0], shape_size(shape_), bounds, out[0]);
   }
 
   std::vector<Array> vjp(const VjpArgs& a) const override {
@@ -191,6 +197,7 @@ namespace {
 using detail::check_float_dtype;
 using detail::check_key;
 using detail::check_shape;
+using detail::int_limits;
 
 void check_array(const char* op, const char* what, const Array& a) {
   if (!a.valid()) throw ValueError::of(op, "an empty (default-constructed) array", "{}", what);
@@ -210,13 +217,6 @@ void check_broadcasts_to(const char* op, const Shape& shape, std::initializer_li
 
 // float64 computes in float64, the other float dtypes in float32.
 Dtype compute_dtype(Dtype t) { return t == float64 ? float64 : float32; }
-
-std::pair<int64_t, int64_t> int_limits(Dtype t) {
-  return detail::visit_dtype<kIntTypes>(t, "randint", [](auto tag) {
-    using T = typename decltype(tag)::type;
-    return std::pair<int64_t, int64_t>(std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
-  });
-}
 
 }  // namespace
 

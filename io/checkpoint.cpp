@@ -63,8 +63,8 @@ constexpr SectionSpec kSections[] = {
 constexpr uint32_t kSectionCount = std::size(kSections);
 
 // File codes of dtypes: the index is the code. Fixed forever: append, never reorder.
-constexpr Dtype kDtypeCodes[] = {bool_,  uint8,   int8,     int32,   int64,
-                                 uint32, float16, bfloat16, float32, float64};
+constexpr Dtype kDtypeCodes[] = {bool_,    uint8,   int8,    int32, int64,  uint32, float16,
+                                 bfloat16, float32, float64, int16, uint16, uint64};
 
 uint8_t dtype_code(Dtype t) {
   for (size_t i = 0; i < std::size(kDtypeCodes); ++i)

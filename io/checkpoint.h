@@ -25,7 +25,8 @@
 //   tree     u64 count, then count x (string key, array)
 //   string   u64 length, the bytes
 //   array    u8 dtype code (bool 0, uint8 1, int8 2, int32 3, int64 4, uint32 5, float16 6,
-//            bfloat16 7, float32 8, float64 9), u8 rank, i64 dims[rank], the elements row-major
+//            bfloat16 7, float32 8, float64 9, int16 10, uint16 11, uint64 12), u8 rank, i64 dims[rank], the
+//            elements row-major
 #include <cstdint>
 #include <filesystem>
 #include <map>

@@ -113,8 +113,9 @@ StoredType classify(hid_t t) {
       s.name = fmt::format("{}int{}", s.is_signed ? "" : "u", size * 8);
       s.is_int16 = size == 2;
       if (size == 1) s.dtype = s.is_signed ? int8 : uint8;
+      if (size == 2) s.dtype = s.is_signed ? int16 : uint16;
       if (size == 4) s.dtype = s.is_signed ? int32 : uint32;
-      if (size == 8 && s.is_signed) s.dtype = int64;
+      if (size == 8) s.dtype = s.is_signed ? int64 : uint64;
       return s;
     }
     case H5T_FLOAT: {
@@ -169,6 +170,12 @@ Hid memory_type(Dtype d, hid_t file_type, const StoredType& s) {
       return copy_type(H5T_NATIVE_UINT8);
     case Dtype::int8:
       return copy_type(H5T_NATIVE_INT8);
+    case Dtype::int16:
+      return copy_type(H5T_NATIVE_INT16);
+    case Dtype::uint16:
+      return copy_type(H5T_NATIVE_UINT16);
+    case Dtype::uint64:
+      return copy_type(H5T_NATIVE_UINT64);
     case Dtype::int32:
       return copy_type(H5T_NATIVE_INT32);
     case Dtype::uint32:

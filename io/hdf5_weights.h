@@ -38,7 +38,7 @@ void save_weights(const std::filesystem::path& path, const nn::ParamTree& tree,
 /// such as h5py's root group, list in natural name order: "2" before "10"). Throws RuntimeError naming the
 /// path when the file is missing or unreadable; FormatError when it is not HDF5, is truncated or corrupt,
 /// lacks `kiln_format_version` (a Keras file: see keras_weights.h) or has another version;
-/// DtypeError for a dataset type kiln has no dtype for (int16, uint64, strings), naming the key.
+/// DtypeError for a dataset type kiln has no dtype for (strings, compound types), naming the key.
 /// Every size the file states is checked against the file before a buffer is allocated.
 nn::ParamTree load_weights(const std::filesystem::path& path);
 

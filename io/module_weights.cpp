@@ -1,8 +1,10 @@
-// Module::save_weights and Module::load_weights: the module tree's side of io/hdf5_weights.h.
+// Module::save_weights and Module::load_weights: the module tree's side of io/hdf5_weights.h and
+// io/safetensors.h, chosen by the file's extension.
 #include <fmt/format.h>
 
 #include "kiln/core/error.h"
 #include "kiln/io/hdf5_weights.h"
+#include "kiln/io/safetensors.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::nn {
@@ -31,12 +33,26 @@ UpdateReport problems(const ParamTree& model, const ParamTree& file, Verify veri
   return r;
 }
 
+// .safetensors, or a sharded checkpoint's model.safetensors.index.json; anything else is HDF5.
+bool is_safetensors(const std::filesystem::path& path) {
+  return path.extension() == ".safetensors" || path.extension() == ".json";
+}
+
 }  // namespace
 
-void Module::save_weights(const std::filesystem::path& path) const { io::save_weights(path, parameters()); }
+void Module::save_weights(const std::filesystem::path& path) const {
+  if (path.extension() == ".json")
+    throw ValueError::of("save_weights",
+                         "a sharded checkpoint needs a shard size: use io::save_safetensors_sharded", "{}",
+                         path.string());
+  if (is_safetensors(path))
+    io::save_safetensors(path, parameters());
+  else
+    io::save_weights(path, parameters());
+}
 
 void Module::load_weights(const std::filesystem::path& path, Verify verify) {
-  const ParamTree file = io::load_weights(path);
+  const ParamTree file = is_safetensors(path) ? io::load_safetensors(path) : io::load_weights(path);
   const UpdateReport r = problems(parameters(), file, verify);
   const std::string p = path.string();
   if (!r.missing.empty() || !r.unexpected.empty())

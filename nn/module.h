@@ -139,12 +139,15 @@ class Module {
   UpdateReport update(const ParamTree& params, Verify verify = Verify::all);
 
   /// Writes parameters() (frozen ones and buffers such as BatchNorm's running statistics too) to
-  /// an HDF5 weights file, as io::save_weights does. Throws what io::save_weights throws.
+  /// a weights file: safetensors for a `.safetensors` path (io::save_safetensors), else HDF5
+  /// (io::save_weights). Throws what those throw, and ValueError for a `.json` path (a sharded
+  /// checkpoint: io::save_safetensors_sharded).
   void save_weights(const std::filesystem::path& path) const;
-  /// Reads an HDF5 weights file (io::load_weights) and assigns it with update(). When a problem
+  /// Reads a weights file chosen by its extension (`.safetensors`, a sharded checkpoint's
+  /// `model.safetensors.index.json`, else HDF5) and assigns it with update(). When a problem
   /// that `verify` names is found (missing or unknown keys, wrong shapes or dtypes), throws
   /// KeyError, ShapeError or DtypeError naming the file and every such key, and nothing changes.
-  /// Throws what io::load_weights throws for a missing or malformed file.
+  /// Throws what io::load_safetensors or io::load_weights throws for a missing or malformed file.
   void load_weights(const std::filesystem::path& path, Verify verify = Verify::all);
 
  protected:

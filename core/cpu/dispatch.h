@@ -25,6 +25,12 @@ decltype(auto) visit_dtype(Dtype t, const char* op, F&& f) {
     case Dtype::int8:
       if constexpr (Set.has(Dtype::int8)) return f(TypeTag<int8_t>{});
       break;
+    case Dtype::int16:
+      if constexpr (Set.has(Dtype::int16)) return f(TypeTag<int16_t>{});
+      break;
+    case Dtype::uint16:
+      if constexpr (Set.has(Dtype::uint16)) return f(TypeTag<uint16_t>{});
+      break;
     case Dtype::int32:
       if constexpr (Set.has(Dtype::int32)) return f(TypeTag<int32_t>{});
       break;
@@ -33,6 +39,9 @@ decltype(auto) visit_dtype(Dtype t, const char* op, F&& f) {
       break;
     case Dtype::uint32:
       if constexpr (Set.has(Dtype::uint32)) return f(TypeTag<uint32_t>{});
+      break;
+    case Dtype::uint64:
+      if constexpr (Set.has(Dtype::uint64)) return f(TypeTag<uint64_t>{});
       break;
     case Dtype::float16:
       if constexpr (Set.has(Dtype::float16)) return f(TypeTag<float16_t>{});
@@ -56,7 +65,11 @@ inline To convert(From v) {
   if constexpr (std::is_same_v<To, bool>) {
     return static_cast<float>(v) != 0.0f;
   } else if constexpr (std::is_same_v<From, float16_t> || std::is_same_v<From, bfloat16_t>) {
-    return static_cast<To>(static_cast<float>(v));
+    return convert<To>(static_cast<float>(v));
+  } else if constexpr (std::is_floating_point_v<From> && std::is_unsigned_v<To>) {
+    // A negative float wraps through int64 (what x86 gives uint8/uint32, and the GPU's rule),
+    // rather than the undefined direct cast.
+    return v < From(0) ? static_cast<To>(static_cast<int64_t>(v)) : static_cast<To>(v);
   } else {
     return static_cast<To>(v);
   }

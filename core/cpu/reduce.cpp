@@ -20,8 +20,8 @@ Dtype reduce_out_dtype(ReduceKind kind, Dtype in) {
   switch (kind) {
     case ReduceKind::sum:
     case ReduceKind::prod:
-      if (in == bool_ || in == int8) return int32;
-      if (in == uint8) return uint32;
+      if (in == bool_ || in == int8 || in == int16) return int32;
+      if (in == uint8 || in == uint16) return uint32;
       return in;
     case ReduceKind::all:
     case ReduceKind::any:

@@ -14,16 +14,16 @@ namespace kiln::detail {
 enum class ReduceKind : uint8_t { sum, prod, max, min, all, any, mean };
 std::ostream& operator<<(std::ostream& os, ReduceKind k);
 
-/// Result dtype of a reduction: sum/prod of bool/int8 -> int32 and of uint8 -> uint32; all/any ->
-/// bool; otherwise the input dtype.
+/// Result dtype of a reduction: sum/prod of bool/int8/int16 -> int32 and of uint8/uint16 -> uint32; all/any
+/// -> bool; otherwise the input dtype.
 Dtype reduce_out_dtype(ReduceKind kind, Dtype in);
 
 /// The C++ type of sum/prod results for input type T (the type of reduce_out_dtype(sum, T)).
 template <class T>
-using sum_result_t = std::conditional_t<std::is_floating_point_v<T> || std::is_same_v<T, float16_t> ||
-                                            std::is_same_v<T, bfloat16_t> || std::is_same_v<T, int64_t> ||
-                                            std::is_same_v<T, uint32_t>,
-                                        T, std::conditional_t<std::is_same_v<T, uint8_t>, uint32_t, int32_t>>;
+using sum_result_t = std::conditional_t<
+    std::is_floating_point_v<T> || std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t> ||
+        (!std::is_same_v<T, bool> && sizeof(T) >= 4),
+    T, std::conditional_t<std::is_unsigned_v<T> && !std::is_same_v<T, bool>, uint32_t, int32_t>>;
 
 /// How an input reaches the [outer, reduced, inner] pattern: directly from its own buffer (a
 /// permuted dense array whose reduced axes are one block and whose kept axes keep their order), or

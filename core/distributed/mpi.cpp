@@ -215,12 +215,18 @@ class MpiCommunicator final : public Communicator {
         return {MPI_UINT8_T, MPI_SUM};
       case Dtype::int8:
         return {MPI_INT8_T, MPI_SUM};
+      case Dtype::int16:
+        return {MPI_INT16_T, MPI_SUM};
+      case Dtype::uint16:
+        return {MPI_UINT16_T, MPI_SUM};
       case Dtype::int32:
         return {MPI_INT32_T, MPI_SUM};
       case Dtype::int64:
         return {MPI_INT64_T, MPI_SUM};
       case Dtype::uint32:
         return {MPI_UINT32_T, MPI_SUM};
+      case Dtype::uint64:
+        return {MPI_UINT64_T, MPI_SUM};
       case Dtype::float16:
         return {MPI_UINT16_T, runtime_.sum_f16};
       case Dtype::bfloat16:

@@ -15,13 +15,13 @@ namespace {
 
 std::pair<Array, Array> no_partials() { return {Array(), Array()}; }
 
-// a op b for integers in the unsigned type of the same width, which wraps where the signed types'
-// overflow is undefined behaviour (int32 and int64; narrower types compute in int and cannot
-// overflow); floats as they are. Integer sums, differences and products wrap, as documented.
+// a op b for integers in an unsigned type, which wraps where signed overflow is undefined
+// behaviour (narrower types than int promote to int, where uint16 * uint16 can overflow); floats as
+// they are. Integer sums, differences and products wrap, as documented.
 template <class T, class F>
 T wrapping(T a, T b, F op) {
-  if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) >= sizeof(int)) {
-    using U = std::make_unsigned_t<T>;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
     return static_cast<T>(op(static_cast<U>(a), static_cast<U>(b)));
   } else {
     return static_cast<T>(op(a, b));
@@ -102,9 +102,9 @@ struct Power : BinaryOp<Power> {
     } else {
       if constexpr (std::is_signed_v<T>)
         if (b < 0) return a == 1 ? 1 : (a == -1 ? (b % 2 ? -1 : 1) : 0);
-      // Squaring in the unsigned type: it wraps like the result, where a signed product overflowing
-      // is undefined behaviour.
-      using U = std::make_unsigned_t<T>;
+      // Squaring in an unsigned type at least as wide as int: it wraps like the result, where a
+      // signed product overflowing (also int's, which uint16's promotes to) is undefined behaviour.
+      using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
       U r = 1;
       for (U e = static_cast<U>(b), base = static_cast<U>(a); e > 0;
            e >>= 1, base = static_cast<U>(base * base))

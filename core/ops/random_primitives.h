@@ -1,12 +1,15 @@
 #pragma once
 // Random primitives: counter-based generation with threefry-2x32 (internal header; tests use it for
 // the known-answer vectors and the batching rule).
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <tuple>
 
+#include "kiln/core/dtype_info.h"
 #include "kiln/core/primitive.h"
 
 namespace kiln::detail {
@@ -155,7 +158,7 @@ class RandomInt final : public RandomOp<RandomInt> {
   Dtype out_dtype() const { return dtype_; }
   void fill(Threefry2x32 key, void* out, int64_t begin, int64_t end) const;
   std::string glsl() const;
-  Dtype glsl_compute() const { return dtype_ == int64 ? int64 : uint32; }
+  Dtype glsl_compute() const { return size_of(dtype_) == 8 ? dtype_ : uint32; }
 
  private:
   const Shape shape_;
@@ -190,6 +193,12 @@ inline void check_key(const char* op, const Array& key) {
   if (key.shape() != Shape{2})
     throw ShapeError::of(op, "a key must be uint32 of shape (2,), as random::key makes it", "got shape {}",
                          shape_str(key.shape()));
+}
+
+/// The range randint draws from for integer dtype t, as int64 (uint64's is cut at int64's maximum).
+inline std::pair<int64_t, int64_t> int_limits(Dtype t) {
+  const IntInfo info = iinfo(t);
+  return {info.min, static_cast<int64_t>(std::min<uint64_t>(info.max, std::numeric_limits<int64_t>::max()))};
 }
 
 inline void check_shape(const char* op, const Shape& shape) {

@@ -6,8 +6,8 @@
 
 namespace kiln {
 
-/// Sum; bool/int8/uint8 accumulate into int32/uint32 (NumPy-like), floats keep their dtype
-/// (float16/bfloat16/float32 accumulate in float32, pairwise). Integer sums wrap on overflow.
+/// Sum; bool/int8/int16 and uint8/uint16 accumulate into int32 and uint32 (NumPy-like), floats keep their
+/// dtype (float16/bfloat16/float32 accumulate in float32, pairwise). Integer sums wrap on overflow.
 Array sum(const Array& a, const Axes& axes, bool keepdims = false, StreamOrDevice s = {});
 Array sum(const Array& a, bool keepdims = false, StreamOrDevice s = {});
 Array sum(const Array& a, int axis, bool keepdims = false, StreamOrDevice s = {});

@@ -5,7 +5,7 @@
 namespace kiln {
 
 /// Cumulative sum along `axis`: inclusive (y_i includes x_i) or exclusive (starts at 0); `reverse`
-/// scans from the end. bool/int8 give int32 and uint8 gives uint32; a bad axis throws ShapeError.
+/// scans from the end. bool/int8/int16 give int32 and uint8/uint16 give uint32; a bad axis throws ShapeError.
 Array cumsum(const Array& a, int axis, bool reverse = false, bool inclusive = true, StreamOrDevice s = {});
 /// Cumulative product, with the same options and dtypes. Its gradient is exact with zeros; the second
 /// derivative is exact except at inputs that are exactly zero.

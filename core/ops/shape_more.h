@@ -44,7 +44,7 @@ Array diagonal(const Array& a, int offset = 0, int axis1 = 0, int axis2 = 1, Str
 /// other ranks.
 Array diag(const Array& a, int k = 0, StreamOrDevice s = {});
 /// NumPy trace: the sum of diagonal(a, offset, axis1, axis2) along its last axis, in sum's result
-/// dtypes (bool/int8/uint8 sum into int32/uint32). Throws as diagonal.
+/// dtypes (bool/int8/int16 sum into int32, uint8/uint16 into uint32). Throws as diagonal.
 Array trace(const Array& a, int offset = 0, int axis1 = 0, int axis2 = 1, StreamOrDevice s = {});
 
 /// NumPy meshgrid: one coordinate array per (flattened) input over the grid they span. indexing

@@ -172,7 +172,13 @@ struct Square : UnaryOp<Square> {
   static constexpr DtypeSet kTypes = kNumericTypes;
   template <class T>
   static T apply(T x) {
-    return static_cast<T>(x * x);
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      // Wraps in an unsigned type: a signed (or promoted uint16) product overflowing is undefined.
+      using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+      return static_cast<T>(static_cast<U>(x) * static_cast<U>(x));
+    } else {
+      return static_cast<T>(x * x);
+    }
   }
   static Array derivative(const Array& x, const Array&) { return 2.0 * x; }
 };

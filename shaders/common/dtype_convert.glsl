@@ -1,7 +1,8 @@
 // kiln's dtypes as GLSL values, and conversions between them by the CPU's rules (core/half.h,
 // convert() in core/cpu/dispatch.h), for kernels generated at run time (core/vulkan/runtime/
 // elementwise.cpp). A value of a dtype lives in one GLSL type:
-//   bool: bool      uint8, uint32: uint      int8, int32: int      int64: int64_t
+//   bool: bool      uint8, uint16, uint32: uint      int8, int16, int32: int
+//   int64: int64_t  uint64: uint64_t
 //   float16, bfloat16, float32: float (holding a value the dtype can represent)      float64: double
 // kiln_to_<dtype>(v) converts a value of any of these GLSL types to <dtype>: floats to integers
 // truncate, integers wrap to the width of the target, anything to bool is `!= 0`, and float16 and
@@ -78,6 +79,16 @@ int kiln_to_int8(int v) { return bitfieldExtract(v, 0, 8); }
 int kiln_to_int8(uint v) { return bitfieldExtract(int(v), 0, 8); }
 int kiln_to_int8(float v) { return bitfieldExtract(int(v), 0, 8); }
 
+int kiln_to_int16(bool v) { return v ? 1 : 0; }
+int kiln_to_int16(int v) { return bitfieldExtract(v, 0, 16); }
+int kiln_to_int16(uint v) { return bitfieldExtract(int(v), 0, 16); }
+int kiln_to_int16(float v) { return bitfieldExtract(int(v), 0, 16); }
+
+uint kiln_to_uint16(bool v) { return v ? 1u : 0u; }
+uint kiln_to_uint16(int v) { return uint(v) & 0xFFFFu; }
+uint kiln_to_uint16(uint v) { return v & 0xFFFFu; }
+uint kiln_to_uint16(float v) { return uint(int(v)) & 0xFFFFu; }
+
 int kiln_to_int32(bool v) { return v ? 1 : 0; }
 int kiln_to_int32(int v) { return v; }
 int kiln_to_int32(uint v) { return int(v); }
@@ -98,6 +109,8 @@ float kiln_to_float32(float v) { return v; }
 bool kiln_to_bool(int64_t v) { return v != int64_t(0); }
 uint kiln_to_uint8(int64_t v) { return uint(v) & 0xFFu; }
 int kiln_to_int8(int64_t v) { return bitfieldExtract(int(v), 0, 8); }
+int kiln_to_int16(int64_t v) { return bitfieldExtract(int(v), 0, 16); }
+uint kiln_to_uint16(int64_t v) { return uint(v) & 0xFFFFu; }
 int kiln_to_int32(int64_t v) { return int(v); }
 uint kiln_to_uint32(int64_t v) { return uint(v); }
 float kiln_to_float32(int64_t v) { return float(v); }
@@ -107,6 +120,24 @@ int64_t kiln_to_int64(int v) { return int64_t(v); }
 int64_t kiln_to_int64(uint v) { return int64_t(v); }
 int64_t kiln_to_int64(float v) { return int64_t(v); }
 int64_t kiln_to_int64(int64_t v) { return v; }
+
+// uint64 wraps to and from the other integers bit for bit; a negative float goes through int64.
+bool kiln_to_bool(uint64_t v) { return v != uint64_t(0); }
+uint kiln_to_uint8(uint64_t v) { return uint(v) & 0xFFu; }
+int kiln_to_int8(uint64_t v) { return bitfieldExtract(int(v), 0, 8); }
+int kiln_to_int16(uint64_t v) { return bitfieldExtract(int(v), 0, 16); }
+uint kiln_to_uint16(uint64_t v) { return uint(v) & 0xFFFFu; }
+int kiln_to_int32(uint64_t v) { return int(v); }
+uint kiln_to_uint32(uint64_t v) { return uint(v); }
+float kiln_to_float32(uint64_t v) { return float(v); }
+int64_t kiln_to_int64(uint64_t v) { return int64_t(v); }
+
+uint64_t kiln_to_uint64(bool v) { return v ? uint64_t(1) : uint64_t(0); }
+uint64_t kiln_to_uint64(int v) { return uint64_t(int64_t(v)); }
+uint64_t kiln_to_uint64(uint v) { return uint64_t(v); }
+uint64_t kiln_to_uint64(float v) { return v < 0.0 ? uint64_t(int64_t(v)) : uint64_t(v); }
+uint64_t kiln_to_uint64(int64_t v) { return uint64_t(v); }
+uint64_t kiln_to_uint64(uint64_t v) { return v; }
 #endif
 
 #ifdef KILN_HAS_FLOAT64
@@ -114,6 +145,8 @@ int64_t kiln_to_int64(int64_t v) { return v; }
 bool kiln_to_bool(double v) { return float(v) != 0.0; }
 uint kiln_to_uint8(double v) { return uint(int(v)) & 0xFFu; }
 int kiln_to_int8(double v) { return bitfieldExtract(int(v), 0, 8); }
+int kiln_to_int16(double v) { return bitfieldExtract(int(v), 0, 16); }
+uint kiln_to_uint16(double v) { return uint(int(v)) & 0xFFFFu; }
 int kiln_to_int32(double v) { return int(v); }
 uint kiln_to_uint32(double v) { return v < 0.0LF ? uint(int(v)) : uint(v); }
 float kiln_to_float32(double v) { return float(v); }
@@ -126,6 +159,8 @@ double kiln_to_float64(double v) { return v; }
 #ifdef KILN_HAS_INT64
 int64_t kiln_to_int64(double v) { return int64_t(v); }
 double kiln_to_float64(int64_t v) { return double(v); }
+uint64_t kiln_to_uint64(double v) { return v < 0.0LF ? uint64_t(int64_t(v)) : uint64_t(v); }
+double kiln_to_float64(uint64_t v) { return double(v); }
 #endif
 #endif
 
@@ -143,6 +178,8 @@ KILN_ROUND_16(kiln_to_bfloat16, kiln_float_to_bfloat, kiln_bfloat_to_float, floa
 #ifdef KILN_HAS_INT64
 KILN_ROUND_16(kiln_to_float16, kiln_float_to_half, kiln_half_to_float, int64_t)
 KILN_ROUND_16(kiln_to_bfloat16, kiln_float_to_bfloat, kiln_bfloat_to_float, int64_t)
+KILN_ROUND_16(kiln_to_float16, kiln_float_to_half, kiln_half_to_float, uint64_t)
+KILN_ROUND_16(kiln_to_bfloat16, kiln_float_to_bfloat, kiln_bfloat_to_float, uint64_t)
 #endif
 #ifdef KILN_HAS_FLOAT64
 KILN_ROUND_16(kiln_to_float16, kiln_float_to_half, kiln_half_to_float, double)

@@ -3,8 +3,8 @@
 // (core/vulkan/runtime/elementwise.cpp) pastes this file in front of every generated kernel.
 //
 // Each function is overloaded for the value types a kernel computes in: float (float32, and
-// float16/bfloat16 widened), int (int32, int8), uint (uint32, uint8, and bool as 0/1), and, when
-// the device has them, double and int64_t. Results follow the CPU's loops (core/ops/*.cpp) where
+// float16/bfloat16 widened), int (int32, int16, int8), uint (uint32, uint16, uint8, and bool as
+// 0/1), and, when the device has them, double, int64_t and uint64_t. Results follow the CPU's loops (core/ops/*.cpp) where
 // GLSL leaves a case undefined: NaN propagation, integer division by 0 or -1, signs of remainders,
 // pow of negative bases, atan of (0, 0). GLSL has no double-precision exp, log, sin, atan, ...:
 // the double overloads at the end are fdlibm's algorithms.
@@ -136,6 +136,8 @@ int64_t kiln_left_shift(int64_t a, int64_t b) { return (b < 0 || b >= 64) ? int6
 int64_t kiln_right_shift(int64_t a, int64_t b) {
   return (b < 0 || b >= 64) ? (a < 0 ? int64_t(-1) : int64_t(0)) : a >> b;
 }
+uint64_t kiln_left_shift(uint64_t a, uint64_t b) { return b >= uint64_t(64) ? uint64_t(0) : a << b; }
+uint64_t kiln_right_shift(uint64_t a, uint64_t b) { return b >= uint64_t(64) ? uint64_t(0) : a >> b; }
 #endif
 
 KILN_NONZERO(float, 0.0)
@@ -167,6 +169,14 @@ KILN_INT_EXACT(int64_t)
 KILN_ORDERED_MINMAX(int64_t)
 KILN_INT_POWER(int64_t, int64_t(0), int64_t(1))
 KILN_SIGNED_DIVISION(int64_t, uint64_t, int64_t(0), int64_t(1))
+KILN_NONZERO(uint64_t, uint64_t(0))
+KILN_SQUARE(uint64_t)
+uint64_t kiln_abs(uint64_t x) { return x; }
+uint64_t kiln_sign(uint64_t x) { return x > uint64_t(0) ? uint64_t(1) : uint64_t(0); }
+KILN_INT_EXACT(uint64_t)
+KILN_ORDERED_MINMAX(uint64_t)
+KILN_UINT_POWER(uint64_t, uint64_t(0), uint64_t(1))
+KILN_UNSIGNED_DIVISION(uint64_t, uint64_t(0))
 #endif
 #ifdef KILN_HAS_FLOAT64
 KILN_NONZERO(double, 0.0LF)

@@ -20,14 +20,18 @@
 #define KILN_SORT_F32 7u
 #define KILN_SORT_I64 8u
 #define KILN_SORT_F64 9u
+#define KILN_SORT_I16 10u
+#define KILN_SORT_U16 11u
+#define KILN_SORT_U64 12u
 layout(constant_id = 1) const uint kDtype = KILN_SORT_F32;
 layout(constant_id = 2) const bool kDescending = false;
 
 // Bytes per element of the input (folded by the compiler: kDtype is a constant).
 uint kiln_sort_element_bytes() {
   if (kDtype <= KILN_SORT_I8) return 1u;
-  if (kDtype == KILN_SORT_F16 || kDtype == KILN_SORT_BF16) return 2u;
-  return kDtype >= KILN_SORT_I64 ? 8u : 4u;
+  if (kDtype == KILN_SORT_F16 || kDtype == KILN_SORT_BF16 || kDtype == KILN_SORT_I16 || kDtype == KILN_SORT_U16)
+    return 2u;
+  return kDtype == KILN_SORT_I64 || kDtype == KILN_SORT_F64 || kDtype == KILN_SORT_U64 ? 8u : 4u;
 }
 
 // Key of a float with `sign` bit, magnitude bits `mag`, `inf` the magnitude of infinity.
@@ -41,6 +45,7 @@ uint kiln_sort_float_key(uint bits, uint sign, uint mag, uint inf, uint all) {
 uint kiln_sort_key32(uint b) {
   uint k = b;
   if (kDtype == KILN_SORT_I8) k = b ^ 0x80u;
+  if (kDtype == KILN_SORT_I16) k = b ^ 0x8000u;
   if (kDtype == KILN_SORT_I32) k = b ^ 0x80000000u;
   if (kDtype == KILN_SORT_F16) k = kiln_sort_float_key(b, 0x8000u, b & 0x7FFFu, 0x7C00u, 0xFFFFu);
   if (kDtype == KILN_SORT_BF16) k = kiln_sort_float_key(b, 0x8000u, b & 0x7FFFu, 0x7F80u, 0xFFFFu);
@@ -51,7 +56,7 @@ uint kiln_sort_key32(uint b) {
 
 // The key (high, low) of an 8-byte dtype from its words (low, high).
 uvec2 kiln_sort_key64(uint lo, uint hi) {
-  uvec2 k = uvec2(hi ^ 0x80000000u, lo);
+  uvec2 k = uvec2(kDtype == KILN_SORT_U64 ? hi : hi ^ 0x80000000u, lo);
   if (kDtype == KILN_SORT_F64) {
     const uint mag = hi & 0x7FFFFFFFu;
     if (mag > 0x7FF00000u || (mag == 0x7FF00000u && lo != 0u)) {

@@ -6,12 +6,13 @@
 #include <cmath>
 #include <limits>
 
+#include "support/dtypes.h"
 #include "support/op_test.h"
 
 namespace kiln {
 namespace {
 
-constexpr Dtype kAll[] = {bool_, uint8, int8, int32, int64, uint32, float16, bfloat16, float32, float64};
+using test::kAllDtypes;
 
 // ---------------------------------------------------------------- promotion
 
@@ -35,9 +36,28 @@ TEST(DtypePromotion, AgreesWithNumPyWhereNumPyHasTheType) {
   EXPECT_EQ(promote_types(int8, float16), float16);
 }
 
+// Every pair of integer and bool dtypes, as numpy.promote_types gives them (NumPy 1.24).
+TEST(DtypePromotion, IntegersPromoteExactlyAsNumPy) {
+  constexpr Dtype b = bool_, u8 = uint8, i8 = int8, i16 = int16, u16 = uint16, i32 = int32, i64 = int64,
+                  u32 = uint32, u64 = uint64, f64 = float64;
+  constexpr Dtype kInts[] = {b, u8, i8, i16, u16, i32, i64, u32, u64};
+  constexpr Dtype kNumPy[9][9] = {
+      /* b    */ {b, u8, i8, i16, u16, i32, i64, u32, u64},
+      /* u8   */ {u8, u8, i16, i16, u16, i32, i64, u32, u64},
+      /* i8   */ {i8, i16, i8, i16, i32, i32, i64, i64, f64},
+      /* i16  */ {i16, i16, i16, i16, i32, i32, i64, i64, f64},
+      /* u16  */ {u16, u16, i32, i32, u16, i32, i64, u32, u64},
+      /* i32  */ {i32, i32, i32, i32, i32, i32, i64, i64, f64},
+      /* i64  */ {i64, i64, i64, i64, i64, i64, i64, i64, f64},
+      /* u32  */ {u32, u32, i64, i64, u32, i64, i64, u32, u64},
+      /* u64  */ {u64, u64, f64, f64, u64, f64, f64, u64, u64},
+  };
+  for (int i = 0; i < 9; ++i)
+    for (int j = 0; j < 9; ++j)
+      EXPECT_EQ(promote_types(kInts[i], kInts[j]), kNumPy[i][j]) << kInts[i] << " + " << kInts[j];
+}
+
 TEST(DtypePromotion, DeparturesFromNumPy) {
-  // kiln has no int16: NumPy gives int16 for uint8 + int8; kiln widens to int32.
-  EXPECT_EQ(promote_types(uint8, int8), int32);
   // Integers meeting floats keep the float type, as in JAX and MLX (NumPy would widen
   // int32 + float32 and int64 + float16 to float64): the float width is the user's choice.
   EXPECT_EQ(promote_types(int32, float32), float32);
@@ -51,9 +71,9 @@ TEST(DtypePromotion, DeparturesFromNumPy) {
 }
 
 TEST(DtypePromotion, SymmetricIdempotentAndNeverNarrower) {
-  for (Dtype a : kAll) {
+  for (Dtype a : kAllDtypes) {
     EXPECT_EQ(promote_types(a, a), a) << dtype_name(a);
-    for (Dtype b : kAll) {
+    for (Dtype b : kAllDtypes) {
       const Dtype c = promote_types(a, b);
       EXPECT_EQ(c, promote_types(b, a)) << dtype_name(a) << " " << dtype_name(b);
       EXPECT_EQ(promote_types(c, a), c) << dtype_name(a) << " " << dtype_name(b);  // c holds a
@@ -73,6 +93,18 @@ TEST(DtypePromotion, NamesAndSizes) {
   EXPECT_EQ(size_of(float16), 2);
   EXPECT_EQ(size_of(bfloat16), 2);
   EXPECT_EQ(size_of(int64), 8);
+  EXPECT_EQ(dtype_name(int16), "int16");
+  EXPECT_EQ(dtype_name(uint16), "uint16");
+  EXPECT_EQ(dtype_name(uint64), "uint64");
+  EXPECT_EQ(size_of(int16), 2);
+  EXPECT_EQ(size_of(uint16), 2);
+  EXPECT_EQ(size_of(uint64), 8);
+  for (Dtype t : {uint8, uint16, uint32, uint64}) EXPECT_TRUE(is_unsigned(t) && is_integral(t)) << t;
+  for (Dtype t : {int8, int16, int32, int64}) EXPECT_TRUE(!is_unsigned(t) && is_integral(t)) << t;
+  EXPECT_EQ(dtype_of<int16_t>(), int16);
+  EXPECT_EQ(dtype_of<uint16_t>(), uint16);
+  EXPECT_EQ(dtype_of<uint64_t>(), uint64);
+  EXPECT_EQ(dtype_of<unsigned long long>(), uint64);
   EXPECT_TRUE(is_unsigned(uint32));
   EXPECT_FALSE(is_integral(bool_));
   EXPECT_TRUE(is_floating(bfloat16));
@@ -109,7 +141,7 @@ TEST(DtypeWeakScalars, ScalarsAdoptTheArrayDtypeWhenTheyFitItsKind) {
   EXPECT_EQ(add(2.0, 1).dtype(), float32);
   // Array-array keeps the table: the weak rule is for scalars only.
   EXPECT_EQ((i + Array(2.5f)).dtype(), float32);
-  EXPECT_EQ((u + Array(int8_t{1})).dtype(), int32);
+  EXPECT_EQ((u + Array(int8_t{1})).dtype(), int16);
 }
 
 // NumPy 2 (NEP 50) and JAX reject a Python int that does not fit the array's integer dtype
@@ -200,6 +232,22 @@ TEST(DtypeInfo, FinfoAndIinfoAgreeWithTheCppLimits) {
   EXPECT_EQ(iinfo(int64).min, std::numeric_limits<int64_t>::min());
   EXPECT_EQ(iinfo(bool_).max, 1u);
   EXPECT_EQ(iinfo(uint8).bits, 8);
+  EXPECT_EQ(iinfo(int16).min, -32768);
+  EXPECT_EQ(iinfo(int16).max, 32767u);
+  EXPECT_EQ(iinfo(uint16).max, 65535u);
+  EXPECT_EQ(iinfo(uint16).bits, 16);
+  EXPECT_EQ(iinfo(uint64).min, 0);
+  EXPECT_EQ(iinfo(uint64).max, std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(iinfo(uint64).bits, 64);
+  for (Dtype t : kAllDtypes) {
+    if (is_floating(t)) {
+      EXPECT_EQ(finfo(t).bits, 8 * size_of(t)) << t;
+      EXPECT_THROW(iinfo(t), DtypeError) << t;
+    } else {
+      EXPECT_EQ(iinfo(t).bits, t == bool_ ? 8 : 8 * size_of(t)) << t;
+      EXPECT_THROW(finfo(t), DtypeError) << t;
+    }
+  }
   EXPECT_THROW(finfo(int32), DtypeError);
   EXPECT_THROW(iinfo(float16), DtypeError);
 }

@@ -95,6 +95,9 @@ Checkpoint full_checkpoint() {
   c.parameters.set("i32", random::randint({4}, key(8), -(int64_t{1} << 31), int64_t{1} << 31, int32));
   c.parameters.set("i64", random::randint({5}, key(9), -(int64_t{1} << 62), int64_t{1} << 62, int64));
   c.parameters.set("u32", random::randint({2, 2}, key(10), 0, int64_t{1} << 32, uint32));
+  c.parameters.set("i16", random::randint({6}, key(16), -32768, 32768, int16));
+  c.parameters.set("u16", random::randint({2, 3}, key(17), 0, 65536, uint16));
+  c.parameters.set("u64", random::randint({4}, key(18), 0, std::numeric_limits<int64_t>::max(), uint64));
   c.parameters.set("bool", random::bernoulli({11}, key(11)));
   c.parameters.set("scalar", random::normal({}, key(12)));
   c.parameters.set("empty", random::normal({0, 3}, key(13)));

@@ -14,6 +14,7 @@
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/random.h"
 #include "kiln/nn/param_tree.h"
+#include "support/dtypes.h"
 #include "support/error_of.h"
 #include "support/python_runner.h"
 #include "support/temp_dir.h"
@@ -50,6 +51,19 @@ inline Array random_bits(const Shape& shape, Dtype dtype, uint64_t seed) {
   if (dtype == bool_)
     for (uint8_t& b : bytes) b &= 1;
   return from_bytes(shape, dtype, bytes);
+}
+
+/// Every dtype in three shapes (2-d, 0-d and empty) with random bytes, so floats include NaN
+/// payloads: "arrays.<dtype>.matrix", ".scalar" and ".empty".
+inline nn::ParamTree every_dtype_tree(uint64_t seed = 100) {
+  nn::ParamTree tree;
+  for (Dtype t : kAllDtypes) {
+    const std::string name(dtype_name(t));
+    tree.set("arrays." + name + ".matrix", random_bits({7, 5}, t, seed++));
+    tree.set("arrays." + name + ".scalar", random_bits({}, t, seed++));
+    tree.set("arrays." + name + ".empty", random_bits({0, 3}, t, seed++));
+  }
+  return tree;
 }
 
 /// True when both trees have the same keys in the same order and bit-identical arrays.

@@ -22,26 +22,12 @@ namespace {
 namespace fs = std::filesystem;
 using test::bytes_of;
 using test::error_of;
+using test::every_dtype_tree;
 using test::random_bits;
 using test::TempDir;
 using test::trees_identical;
 
-constexpr Dtype kAllDtypes[] = {bool_,  uint8,   int8,     int32,   int64,
-                                uint32, float16, bfloat16, float32, float64};
-
 // Every dtype in three shapes: 2-d, 0-d and empty; random bytes, so floats include NaN payloads.
-nn::ParamTree every_dtype_tree() {
-  nn::ParamTree tree;
-  uint64_t seed = 100;
-  for (Dtype t : kAllDtypes) {
-    const std::string name(dtype_name(t));
-    tree.set("arrays." + name + ".matrix", random_bits({7, 5}, t, seed++));
-    tree.set("arrays." + name + ".scalar", random_bits({}, t, seed++));
-    tree.set("arrays." + name + ".empty", random_bits({0, 3}, t, seed++));
-  }
-  return tree;
-}
-
 TEST(Hdf5Weights, RoundTripIsBitExactForEveryDtype) {
   TempDir dir("hdf5");
   const nn::ParamTree tree = every_dtype_tree();

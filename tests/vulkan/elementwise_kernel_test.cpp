@@ -17,14 +17,13 @@
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/vulkan/runtime/elementwise.h"
 #include "kiln/core/vulkan/runtime/views.h"
+#include "support/dtypes.h"
 #include "vulkan_fixture.h"
 
 namespace kiln::detail::vk {
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-constexpr Dtype kAll[] = {bool_, uint8, int8, int32, int64, uint32, float16, bfloat16, float32, float64};
 
 // Values of dtype `t` as raw bytes, from a fixed seed. Floats keep within `lo`..`hi` (casts to
 // narrow integers are defined only in range) and every seventh element is zero.
@@ -138,12 +137,12 @@ TEST_F(ElementwiseKernels, CastsBetweenAllDtypePairsMatchTheCpu) {
   ElementwiseFeatures packed = device;
   packed.storage8 = packed.storage16 = false;
   uint32_t seed = 100;
-  for (Dtype src : kAll) {
+  for (Dtype src : test::kAllDtypes) {
     if (!supported(src)) continue;
-    for (Dtype dst : kAll) {
+    for (Dtype dst : test::kAllDtypes) {
       if (!supported(dst)) continue;
       // Float sources stay where the C++ cast to dst is defined (non-negative for unsigned).
-      const bool unsigned_dst = dst == uint8 || dst == uint32;
+      const bool unsigned_dst = dst != bool_ && is_unsigned(dst);
       const Bytes in = random_bytes(src, n, seed++, unsigned_dst ? 0 : -127.5, 127.5);
       const Bytes want = cpu_bytes(astype(cpu_array(in, src, {n}), dst, Device::cpu));
       const ElementwiseKernel k{.inputs = {src}, .compute = dst, .out = dst, .expr = "x0"};

@@ -17,6 +17,7 @@
 #include "kiln/core/vulkan/runtime/context.h"
 #include "kiln/core/vulkan/runtime/gather_kernels.h"
 #include "kiln/core/vulkan/runtime/recorder.h"
+#include "support/dtypes.h"
 #include "support/op_test.h"
 #include "vulkan_fixture.h"
 
@@ -25,8 +26,6 @@ namespace {
 
 namespace vk = detail::vk;
 
-const std::vector<Dtype> kAll = {bool_,  uint8,   int8,     int32,   int64,
-                                 uint32, float16, bfloat16, float32, float64};
 const std::vector<Dtype> kNumeric = {uint8, int8, int32, int64, uint32, float16, bfloat16, float32, float64};
 const std::vector<Dtype> kIndexTypes = {int8, uint8, int32, uint32, int64};
 
@@ -78,7 +77,7 @@ std::string name(Dtype t) { return std::string(dtype_name(t)); }
 // ---------------------------------------------------------------- take and gather
 
 TEST_F(GpuGather, TakeEveryDtypeAndAxis) {
-  for (Dtype t : kAll) {
+  for (Dtype t : test::kAllDtypes) {
     const Array x = rand({5, 7, 3}, 1, t);
     for (int axis : {0, 1, 2, -1}) {
       const Array idx = rand_index_for({4, 2}, 2 + static_cast<uint64_t>(axis + 1), x.shape(axis));
@@ -267,7 +266,7 @@ TEST_F(GpuGather, ScatterAddGradients) {
 // ---------------------------------------------------------------- put_along_axis
 
 TEST_F(GpuGather, PutAlongAxisEveryDtypeAndAxis) {
-  for (Dtype t : kAll) {
+  for (Dtype t : test::kAllDtypes) {
     const Array x = rand({4, 6, 3}, 48, t);
     for (int axis : {0, 1, 2}) {
       Shape is = x.shape();
@@ -303,7 +302,7 @@ TEST_F(GpuGather, PutAlongAxisGradient) {
 // ---------------------------------------------------------------- joins
 
 TEST_F(GpuGather, ConcatenateEveryDtypeAndAxis) {
-  for (Dtype t : kAll)
+  for (Dtype t : test::kAllDtypes)
     for (int axis : {0, 1, 2}) {
       Shape a = {3, 4, 5}, b = a, c = a;
       b[static_cast<size_t>(axis)] = 0;
@@ -330,7 +329,7 @@ TEST_F(GpuGather, ConcatenateEveryDtypeAndAxis) {
 }
 
 TEST_F(GpuGather, PadEveryDtype) {
-  for (Dtype t : kAll) {
+  for (Dtype t : test::kAllDtypes) {
     const Array x = rand({3, 5, 2}, 66, t);
     expect_same(
         [&](StreamOrDevice s) {
@@ -344,7 +343,7 @@ TEST_F(GpuGather, PadEveryDtype) {
 }
 
 TEST_F(GpuGather, SliceUpdateEveryDtype) {
-  for (Dtype t : kAll) {
+  for (Dtype t : test::kAllDtypes) {
     const Array x = rand({6, 5, 4}, 69, t);
     const Array u = rand({3, 5, 2}, 70, t);
     expect_same(

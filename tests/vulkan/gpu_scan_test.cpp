@@ -16,6 +16,7 @@
 #include "kiln/core/vulkan/runtime/context.h"
 #include "kiln/core/vulkan/runtime/recorder.h"
 #include "kiln/core/vulkan/runtime/scan_kernels.h"
+#include "support/dtypes.h"
 #include "support/op_test.h"
 #include "vulkan_fixture.h"
 
@@ -28,9 +29,6 @@ struct Flags {
   bool reverse, inclusive;
 };
 const Flags kFlags[] = {{false, true}, {true, true}, {false, false}, {true, false}};
-
-const std::vector<Dtype> kAllDtypes = {bool_, uint8,   int8,     int32,   uint32,
-                                       int64, float16, bfloat16, float32, float64};
 
 Array scan_op(bool prod, const Array& x, int axis, Flags f, StreamOrDevice s) {
   return prod ? cumprod(x, axis, f.reverse, f.inclusive, s) : cumsum(x, axis, f.reverse, f.inclusive, s);
@@ -69,8 +67,9 @@ std::vector<int64_t> wrap_to(const std::vector<uint64_t>& v, Dtype out) {
   for (uint64_t u : v) {
     if (out == int32) r.push_back(static_cast<int32_t>(static_cast<uint32_t>(u)));
     if (out == uint32) r.push_back(static_cast<uint32_t>(u));
-    if (out == int64) r.push_back(static_cast<int64_t>(u));
+    if (out == int64 || out == uint64) r.push_back(static_cast<int64_t>(u));  // uint64: the same bits
   }
+  EXPECT_EQ(r.size(), v.size()) << "no reference for " << out;
   return r;
 }
 
@@ -101,6 +100,7 @@ void expect_scan(const Array& gpu, const Array& x, bool prod, int axis, Flags f,
     const auto ref = naive_scan<uint64_t>(xs, x.shape(), ax, f, prod ? 1 : 0,
                                           [&](uint64_t a, uint64_t b) { return prod ? a * b : a + b; });
     const std::vector<int64_t> got = gpu.to_vector<int64_t>(), want = wrap_to(ref, out);
+    ASSERT_EQ(got.size(), want.size());
     int failures = 0;
     for (size_t i = 0; i < got.size() && failures < 8; ++i)
       if (got[i] != want[i]) {
@@ -162,7 +162,7 @@ class GpuScan : public vk::testing::VulkanTest {
 };
 
 TEST_F(GpuScan, EveryDtypeKindAndFlag) {
-  for (Dtype t : kAllDtypes)
+  for (Dtype t : test::kAllDtypes)
     for (bool prod : {false, true}) {
       const Array x = scan_input({3, 26, 4}, t, 1 + static_cast<uint64_t>(t), prod);
       for (int axis : {0, 1, 2, -1})

@@ -14,9 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/cpu/dispatch.h"
 #include "kiln/core/vulkan/runtime/context.h"
 #include "kiln/core/vulkan/runtime/recorder.h"
 #include "kiln/core/vulkan/runtime/sort_kernels.h"
+#include "support/dtypes.h"
 #include "support/op_test.h"
 #include "vulkan_fixture.h"
 
@@ -24,9 +26,6 @@ namespace kiln {
 namespace {
 
 namespace vk = detail::vk;
-
-constexpr Dtype kEveryDtype[] = {bool_, uint8,   int8,     int32,   uint32,
-                                 int64, float16, bfloat16, float32, float64};
 
 // The array's bytes in row-major order.
 std::vector<uint8_t> bytes_of(const Array& a) {
@@ -65,8 +64,9 @@ std::vector<T> special_values() {
     if constexpr (std::is_signed_v<T>) v.insert(v.end(), {-1, -7});
     if constexpr (sizeof(T) >= 4) v.insert(v.end(), {static_cast<T>(65536), static_cast<T>(-65536)});
     if constexpr (sizeof(T) == 8)
-      v.insert(v.end(), {int64_t{1} << 32, (int64_t{1} << 32) + 1, 0xFFFFFFFFll, -(int64_t{1} << 40),
-                         -(int64_t{1} << 40) - 1});
+      for (int64_t w : {int64_t{1} << 32, (int64_t{1} << 32) + 1, int64_t{0xFFFFFFFF}, -(int64_t{1} << 40),
+                        -(int64_t{1} << 40) - 1, int64_t{-1} << 63})
+        v.push_back(static_cast<T>(w));  // for uint64 the negative ones are past 2^63
     return v;
   } else {
     const double inf = std::numeric_limits<double>::infinity(),
@@ -116,29 +116,8 @@ Array tie_heavy(const Shape& shape, uint64_t seed) {
 }
 
 Array tie_heavy(const Shape& shape, Dtype t, uint64_t seed) {
-  switch (t) {
-    case bool_:
-      return tie_heavy<bool>(shape, seed);
-    case uint8:
-      return tie_heavy<uint8_t>(shape, seed);
-    case int8:
-      return tie_heavy<int8_t>(shape, seed);
-    case int32:
-      return tie_heavy<int32_t>(shape, seed);
-    case uint32:
-      return tie_heavy<uint32_t>(shape, seed);
-    case int64:
-      return tie_heavy<int64_t>(shape, seed);
-    case float16:
-      return tie_heavy<float16_t>(shape, seed);
-    case bfloat16:
-      return tie_heavy<bfloat16_t>(shape, seed);
-    case float32:
-      return tie_heavy<float>(shape, seed);
-    case float64:
-      return tie_heavy<double>(shape, seed);
-  }
-  return {};
+  return detail::visit_dtype<kAllTypes>(
+      t, "test", [&](auto tag) { return tie_heavy<typename decltype(tag)::type>(shape, seed); });
 }
 
 using Op = std::function<Array(StreamOrDevice)>;
@@ -172,7 +151,7 @@ std::string label(Dtype t, const Shape& s, int axis) {
 
 TEST_F(GpuSort, EveryDtypeAlongEveryAxis) {
   uint64_t seed = 1;
-  for (Dtype t : kEveryDtype)
+  for (Dtype t : test::kAllDtypes)
     for (const Shape& shape : {Shape{6, 37}, Shape{3, 4, 5}, Shape{1}, Shape{7}})
       for (int axis = 0; axis < static_cast<int>(shape.size()); ++axis)
         expect_all_ops(tie_heavy(shape, t, seed++), axis, label(t, shape, axis));
@@ -181,7 +160,7 @@ TEST_F(GpuSort, EveryDtypeAlongEveryAxis) {
 TEST_F(GpuSort, EveryDtypeWithRowsLongerThanATile) {
   // 5000 pads to 8192: more than a 4096-element tile, so global passes and merges run.
   uint64_t seed = 100;
-  for (Dtype t : kEveryDtype) {
+  for (Dtype t : test::kAllDtypes) {
     expect_all_ops(tie_heavy({2, 5000}, t, seed++), 1, label(t, {2, 5000}, 1));
     expect_all_ops(tie_heavy({1000, 3}, t, seed++), 0, label(t, {1000, 3}, 0));
   }

@@ -69,6 +69,9 @@ const char* storage_type(Dtype t, const ElementwiseFeatures& f) {
       return "uint8_t";
     case Dtype::int8:
       return "int8_t";
+    case Dtype::int16:
+      return "int16_t";
+    case Dtype::uint16:
     case Dtype::float16:
     case Dtype::bfloat16:
       return "uint16_t";
@@ -78,6 +81,8 @@ const char* storage_type(Dtype t, const ElementwiseFeatures& f) {
       return "uint";
     case Dtype::int64:
       return "int64_t";
+    case Dtype::uint64:
+      return "uint64_t";
     case Dtype::float32:
       return "float";
     case Dtype::float64:
@@ -93,6 +98,7 @@ std::string raw_load(Dtype t, const ElementwiseFeatures& f, const std::string& b
     if (t == Dtype::int8) return fmt::format("bitfieldExtract(int({}[i >> 2]), int(i & 3u) * 8, 8)", buf);
     return fmt::format("bitfieldExtract({}[i >> 2], int(i & 3u) * 8, 8)", buf);
   }
+  if (t == Dtype::int16) return fmt::format("bitfieldExtract(int({}[i >> 1]), int(i & 1u) * 16, 16)", buf);
   return fmt::format("bitfieldExtract({}[i >> 1], int(i & 1u) * 16, 16)", buf);
 }
 
@@ -109,7 +115,11 @@ std::string load_function(Dtype t, const ElementwiseFeatures& f, const std::stri
       body = fmt::format("uint({})", raw);
       break;
     case Dtype::int8:
+    case Dtype::int16:
       body = fmt::format("int({})", raw);
+      break;
+    case Dtype::uint16:
+      body = fmt::format("uint({})", raw);
       break;
     case Dtype::float16:
       body = fmt::format("kiln_half_to_float(uint({}))", raw);
@@ -130,6 +140,7 @@ std::string stored_bits(Dtype t, const std::string& v) {
     case Dtype::bool_:
       return fmt::format("({} ? 1u : 0u)", v);
     case Dtype::int8:
+    case Dtype::int16:
       return fmt::format("uint({})", v);
     case Dtype::float16:
       return fmt::format("kiln_float_to_half({})", v);
@@ -147,6 +158,10 @@ std::string native_store(Dtype t, const std::string& v) {
       return fmt::format("uint8_t({})", v);
     case Dtype::int8:
       return fmt::format("int8_t({})", v);
+    case Dtype::int16:
+      return fmt::format("int16_t({})", v);
+    case Dtype::uint16:
+      return fmt::format("uint16_t({})", v);
     case Dtype::float16:
       return fmt::format("uint16_t(kiln_float_to_half({}))", v);
     case Dtype::bfloat16:
@@ -396,8 +411,9 @@ std::string generate(const ElementwiseKernel& k, const Variant& v, uint32_t meta
 }
 
 void check_dtype(Dtype t, const ElementwiseFeatures& f, const DeviceCaps& caps) {
-  if (t == Dtype::int64 && !f.int64)
-    throw NotImplemented::of(kOp, "int64 needs the device feature shaderInt64", "{} lacks it", caps.name);
+  if ((t == Dtype::int64 || t == Dtype::uint64) && !f.int64)
+    throw NotImplemented::of(kOp, "64-bit integers need the device feature shaderInt64", "{}: {} lacks it",
+                             dtype_name(t), caps.name);
   if (t == Dtype::float64 && !f.float64)
     throw NotImplemented::of(kOp, "float64 needs the device feature shaderFloat64", "{} lacks it", caps.name);
 }
@@ -537,13 +553,17 @@ std::string_view glsl_value_type(Dtype t) {
     case Dtype::bool_:
       return "bool";
     case Dtype::uint8:
+    case Dtype::uint16:
     case Dtype::uint32:
       return "uint";
     case Dtype::int8:
+    case Dtype::int16:
     case Dtype::int32:
       return "int";
     case Dtype::int64:
       return "int64_t";
+    case Dtype::uint64:
+      return "uint64_t";
     case Dtype::float16:
     case Dtype::bfloat16:
     case Dtype::float32:

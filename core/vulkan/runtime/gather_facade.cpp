@@ -14,6 +14,7 @@
 #include "kiln/core/vulkan/gpu_gather.h"
 #include "kiln/core/vulkan/gpu_scatter.h"
 #include "kiln/core/vulkan/runtime/array_views.h"
+#include "kiln/core/vulkan/runtime/dtype_adapter.h"
 #include "kiln/core/vulkan/runtime/gather_kernels.h"
 #include "kiln/core/vulkan/runtime/views.h"
 
@@ -63,13 +64,25 @@ void scatter_rows(vk::Recorder& r, const Array& x, const vk::BufferPtr& rows, in
                   std::optional<vk::RowCombine> combine = std::nullopt) {
   const int64_t n = vk::shape_product(x.shape(), static_cast<size_t>(first), static_cast<size_t>(last));
   const vk::SortedRows sorted = vk::record_sort_rows(r, rows, j_count, n);
-  const vk::GpuView xb = block(r, vk::array_view(x), static_cast<size_t>(first), static_cast<size_t>(last));
+  // A set moves elements by their size; the others run per-dtype kernels (dtype_adapter.h).
+  const bool moves = combine == vk::RowCombine::set;
+  const auto use = combine == vk::RowCombine::max || combine == vk::RowCombine::min
+                       ? vk::KernelUse::ordered
+                       : vk::KernelUse::arithmetic;
+  auto in = [&](const Array& a) {
+    return moves ? vk::array_view(a) : vk::kernel_input(r, vk::array_view(a), use);
+  };
+  const vk::GpuView xb = block(r, in(x), static_cast<size_t>(first), static_cast<size_t>(last));
   const vk::GpuView ub =
-      block(r, vk::array_view(updates), static_cast<size_t>(first), static_cast<size_t>(first + index_ndim));
+      block(r, in(updates), static_cast<size_t>(first), static_cast<size_t>(first + index_ndim));
+  const vk::GpuView out_view = vk::array_out_view(out, xb.shape);
+  if (moves) return vk::record_scatter_reduce_rows(r, xb, sorted, ub, *combine, out_view);
+  const vk::KernelOutput o(r, out_view, use);
   if (combine)
-    vk::record_scatter_reduce_rows(r, xb, sorted, ub, *combine, vk::array_out_view(out, xb.shape));
+    vk::record_scatter_reduce_rows(r, xb, sorted, ub, *combine, o.view());
   else
-    vk::record_scatter_add_rows(r, xb, sorted, ub, vk::array_out_view(out, xb.shape));
+    vk::record_scatter_add_rows(r, xb, sorted, ub, o.view());
+  o.finish(r);
 }
 
 vk::RowCombine row_combine(ScatterOp op) {
@@ -85,9 +98,14 @@ vk::RowCombine row_combine(ScatterOp op) {
   }
 }
 
-std::vector<vk::GpuView> views(std::span<const Array> arrays) {
+// Indices of any integer dtype, as the index kernels read them (int16 and uint16 widened).
+vk::GpuView index_view(vk::Recorder& r, const Array& a) {
+  return vk::kernel_input(r, vk::array_view(a), vk::KernelUse::arithmetic);
+}
+
+std::vector<vk::GpuView> views(vk::Recorder& r, std::span<const Array> arrays) {
   std::vector<vk::GpuView> v;
-  for (const Array& a : arrays) v.push_back(vk::array_view(a));
+  for (const Array& a : arrays) v.push_back(index_view(r, a));
   return v;
 }
 
@@ -97,7 +115,7 @@ void take(const Array& x, const Array& indices, int axis, Array& out) {
   allocate(out);
   if (out.size() == 0) return;
   vk::Recorder& r = vk::thread_recorder();
-  const vk::GpuView idx = vk::array_view(indices);
+  const vk::GpuView idx = index_view(r, indices);
   const int64_t n = x.shape(axis);
   const vk::BufferPtr rows = vk::record_index_rows(r, {&idx, 1}, {&n, 1});
   const vk::GpuView xb =
@@ -112,7 +130,7 @@ void gather(const Array& x, std::span<const Array> indices, Array& out) {
   vk::Recorder& r = vk::thread_recorder();
   const int k = static_cast<int>(indices.size());
   const Shape sizes(x.shape().begin(), x.shape().begin() + k);
-  const vk::BufferPtr rows = vk::record_index_rows(r, views(indices), sizes);
+  const vk::BufferPtr rows = vk::record_index_rows(r, views(r, indices), sizes);
   const vk::GpuView xb = block(r, vk::array_view(x), 0, static_cast<size_t>(k));
   vk::record_gather_rows(r, xb, rows, indices[0].size(),
                          vk::array_out_view(out, block_shape(x, 0, k, indices[0].size())));
@@ -123,7 +141,7 @@ void scatter_add(const Array& x, const Array& indices, const Array& updates, int
   if (out.size() == 0) return;
   vk::Recorder& r = vk::thread_recorder();
   if (indices.size() == 0) return copy_into(r, x, out);
-  const vk::GpuView idx = vk::array_view(indices);
+  const vk::GpuView idx = index_view(r, indices);
   const int64_t n = x.shape(axis);
   const vk::BufferPtr rows = vk::record_index_rows(r, {&idx, 1}, {&n, 1});
   scatter_rows(r, x, rows, indices.size(), updates, axis, axis + 1, indices.ndim(), out);
@@ -136,7 +154,7 @@ void scatter_add_nd(const Array& x, const Array& updates, std::span<const Array>
   if (indices[0].size() == 0) return copy_into(r, x, out);
   const int k = static_cast<int>(indices.size());
   const Shape sizes(x.shape().begin(), x.shape().begin() + k);
-  const vk::BufferPtr rows = vk::record_index_rows(r, views(indices), sizes);
+  const vk::BufferPtr rows = vk::record_index_rows(r, views(r, indices), sizes);
   scatter_rows(r, x, rows, indices[0].size(), updates, 0, k, indices[0].ndim(), out);
 }
 
@@ -148,7 +166,7 @@ void scatter_reduce_nd(const Array& x, const Array& updates, std::span<const Arr
   if (indices[0].size() == 0) return copy_into(r, x, out);
   const int k = static_cast<int>(indices.size());
   const Shape sizes(x.shape().begin(), x.shape().begin() + k);
-  const vk::BufferPtr rows = vk::record_index_rows(r, views(indices), sizes);
+  const vk::BufferPtr rows = vk::record_index_rows(r, views(r, indices), sizes);
   scatter_rows(r, x, rows, indices[0].size(), updates, 0, k, indices[0].ndim(), out, row_combine(op));
 }
 
@@ -157,7 +175,7 @@ void put_along_axis(const Array& x, const Array& indices, const Array& values, i
   if (out.size() == 0) return;
   vk::Recorder& r = vk::thread_recorder();
   if (indices.size() == 0) return copy_into(r, x, out);
-  const vk::GpuView idx = vk::array_view(indices);
+  const vk::GpuView idx = index_view(r, indices);
   const int64_t n = x.shape(axis);
   // Dense over the indices' shape, which is [P, J, Q] around the axis.
   const vk::BufferPtr rows = vk::record_index_rows(r, {&idx, 1}, {&n, 1});

@@ -4,6 +4,8 @@
 // eval cannot be read before the submit, so the kernels read 0 for them and drop their updates.
 #include "kiln/core/vulkan/gpu.h"
 #include "kiln/core/vulkan/runtime/array_views.h"
+#include "kiln/core/vulkan/runtime/dtype_adapter.h"
+#include "kiln/core/vulkan/runtime/gather_kernels.h"
 #include "kiln/core/vulkan/runtime/index_kernels.h"
 
 namespace kiln::gpu {
@@ -12,7 +14,10 @@ namespace vk = kiln::detail::vk;
 void take_along_axis(const Array& x, const Array& indices, int axis, Array& out) {
   allocate(out);
   if (out.size() == 0) return;
-  vk::record_take_along_axis(vk::thread_recorder(), vk::array_view(x), vk::array_view(indices), axis,
+  // Indices of any integer dtype (int16 and uint16 widened); x's values move by their size.
+  vk::Recorder& r = vk::thread_recorder();
+  vk::record_take_along_axis(r, vk::array_view(x),
+                             vk::kernel_input(r, vk::array_view(indices), vk::KernelUse::arithmetic), axis,
                              vk::array_out_view(out, out.shape()));
 }
 
@@ -21,11 +26,16 @@ void scatter_add_along_axis(const Array& x, const Array& indices, const Array& u
   allocate(out);
   if (out.size() == 0) return;
   if (indices.size() == 0) {  // nothing to add: a copy
-    vk::record_copy(vk::thread_recorder(), vk::array_view(x), vk::array_out_view(out, out.shape()));
+    vk::record_move(vk::thread_recorder(), vk::array_view(x), vk::array_out_view(out, out.shape()));
     return;
   }
-  vk::record_scatter_add_along_axis(vk::thread_recorder(), vk::array_view(x), vk::array_view(indices),
-                                    vk::array_view(updates), axis, vk::array_out_view(out, out.shape()));
+  vk::Recorder& r = vk::thread_recorder();
+  const auto use = vk::KernelUse::arithmetic;
+  const vk::KernelOutput o(r, vk::array_out_view(out, out.shape()), use);
+  vk::record_scatter_add_along_axis(r, vk::kernel_input(r, vk::array_view(x), use),
+                                    vk::kernel_input(r, vk::array_view(indices), use),
+                                    vk::kernel_input(r, vk::array_view(updates), use), axis, o.view());
+  o.finish(r);
 }
 
 }  // namespace kiln::gpu

@@ -7,6 +7,7 @@
 #include "kiln/core/cpu/reduce.h"
 #include "kiln/core/vulkan/gpu.h"
 #include "kiln/core/vulkan/runtime/array_views.h"
+#include "kiln/core/vulkan/runtime/dtype_adapter.h"
 #include "kiln/core/vulkan/runtime/reduce_kernels.h"
 
 namespace kiln::gpu {
@@ -26,8 +27,8 @@ vk::GpuView as_words(const vk::GpuView& v) {
 
 // x with `axes` last, as a [rows, cols] view with dense columns (copied when it is not one; bytes
 // may keep strided columns, and are widened to int32 when they need a copy).
-vk::GpuView as_rows(vk::Recorder& r, const Array& x, std::span<const int> axes) {
-  vk::GpuView v = vk::move_axes_to_end(vk::array_view(x), axes);
+vk::GpuView as_rows(vk::Recorder& r, const vk::GpuView& x, std::span<const int> axes) {
+  vk::GpuView v = vk::move_axes_to_end(x, axes);
   const size_t kept = v.shape.size() - axes.size();
   const int64_t rows = vk::shape_product(v.shape, 0, kept),
                 cols = vk::shape_product(v.shape, kept, v.shape.size());
@@ -35,17 +36,18 @@ vk::GpuView as_rows(vk::Recorder& r, const Array& x, std::span<const int> axes) 
   std::optional<int64_t> col_stride = vk::merged_stride(v, kept, v.shape.size());
   // The kernels read bytes (which record_copy cannot move) with any column stride, so they are
   // widened only when the axes do not merge; other dtypes get dense columns for coalesced loads.
-  const bool bytes = size_of(x.dtype()) == 1;
+  const bool bytes = size_of(x.dtype) == 1;
+  const int64_t size = vk::numel(x.shape);
   const bool cols_ok = cols <= 1 || (col_stride && (*col_stride == 1 || (bytes && *col_stride > 0)));
-  if (x.size() > 0 && (!row_stride || *row_stride < 0 || !cols_ok)) {
+  if (size > 0 && (!row_stride || *row_stride < 0 || !cols_ok)) {
     // Bytes are widened to int32 (sign-extended for int8), which the kernels reduce to the same
     // values.
-    const Dtype dense_t = bytes ? int32 : x.dtype();
+    const Dtype dense_t = bytes ? int32 : x.dtype;
     vk::GpuView dense = vk::GpuView::contiguous(
-        r.context().allocator().allocate(static_cast<size_t>(x.size()) * size_of(dense_t)), dense_t, v.shape);
+        r.context().allocator().allocate(static_cast<size_t>(size) * size_of(dense_t)), dense_t, v.shape);
     if (bytes) {
       vk::record_widen_bytes(r, v, dense);
-    } else if (size_of(x.dtype()) == 8) {
+    } else if (size_of(x.dtype) == 8) {
       vk::record_copy(r, as_words(v), as_words(dense));
     } else {
       vk::record_copy(r, v, dense);
@@ -62,10 +64,10 @@ vk::GpuView as_rows(vk::Recorder& r, const Array& x, std::span<const int> axes) 
 // x with `axes` last as a [blocks, rows, cols] view for record_reduce_cols when the reduced axes
 // do not step by 1 and the kept ones end in a contiguous run of at least two elements: kept dims
 // [0, j) form the blocks, the reduced ones the rows, kept dims [j, kept) the (dense) columns.
-std::optional<vk::GpuView> as_columns(const Array& x, std::span<const int> axes) {
-  vk::GpuView v = vk::move_axes_to_end(vk::array_view(x), axes);
+std::optional<vk::GpuView> as_columns(const vk::GpuView& x, std::span<const int> axes) {
+  vk::GpuView v = vk::move_axes_to_end(x, axes);
   const size_t n = v.shape.size(), kept = n - axes.size();
-  if (x.size() == 0 || kept == 0) return std::nullopt;
+  if (vk::numel(x.shape) == 0 || kept == 0) return std::nullopt;
   const std::optional<int64_t> row_stride = vk::merged_stride(v, kept, n);
   if (vk::shape_product(v.shape, kept, n) <= 1 || !row_stride || *row_stride == 1 || *row_stride < 0)
     return std::nullopt;
@@ -86,21 +88,26 @@ std::optional<vk::GpuView> as_columns(const Array& x, std::span<const int> axes)
 void reduce(uint8_t kind, const Array& x, std::span<const int> axes, Array& out) {
   allocate(out);
   if (out.size() == 0) return;
-  if (std::optional<vk::GpuView> columns = as_columns(x, axes)) {
-    vk::record_reduce_cols(vk::thread_recorder(), static_cast<detail::ReduceKind>(kind), *columns,
-                           vk::array_out_view(out, {out.size()}));
-    return;
-  }
-  vk::record_reduce_rows(vk::thread_recorder(), static_cast<detail::ReduceKind>(kind),
-                         as_rows(vk::thread_recorder(), x, axes), vk::array_out_view(out, {out.size()}));
+  vk::Recorder& r = vk::thread_recorder();
+  const auto k = static_cast<detail::ReduceKind>(kind);
+  const auto use = k == detail::ReduceKind::max || k == detail::ReduceKind::min ? vk::KernelUse::ordered
+                                                                                : vk::KernelUse::arithmetic;
+  const vk::GpuView in = vk::kernel_input(r, vk::array_view(x), use);
+  const vk::KernelOutput o(r, vk::array_out_view(out, {out.size()}), use);
+  if (std::optional<vk::GpuView> columns = as_columns(in, axes))
+    vk::record_reduce_cols(r, k, *columns, o.view());
+  else
+    vk::record_reduce_rows(r, k, as_rows(r, in, axes), o.view());
+  o.finish(r);
 }
 
 void arg_reduce(bool is_max, const Array& x, int axis, Array& out) {
   allocate(out);
   if (out.size() == 0) return;
   const int axes[] = {axis};
-  vk::record_arg_reduce_rows(vk::thread_recorder(), is_max, as_rows(vk::thread_recorder(), x, axes),
-                             vk::array_out_view(out, {out.size()}));
+  vk::Recorder& r = vk::thread_recorder();
+  const vk::GpuView in = vk::kernel_input(r, vk::array_view(x), vk::KernelUse::ordered);
+  vk::record_arg_reduce_rows(r, is_max, as_rows(r, in, axes), vk::array_out_view(out, {out.size()}));
 }
 
 }  // namespace kiln::gpu

@@ -5,6 +5,7 @@
 #include "kiln/core/vulkan/gpu.h"
 #include "kiln/core/vulkan/gpu_scan.h"
 #include "kiln/core/vulkan/runtime/array_views.h"
+#include "kiln/core/vulkan/runtime/dtype_adapter.h"
 #include "kiln/core/vulkan/runtime/elementwise.h"
 #include "kiln/core/vulkan/runtime/scan_kernels.h"
 
@@ -15,7 +16,9 @@ void scan(ScanKind kind, const Array& x, int axis, bool reverse, bool inclusive,
   allocate(out);
   if (out.size() == 0) return;
   vk::Recorder& r = vk::thread_recorder();
-  vk::GpuView v = vk::array_view(x);
+  const auto use =
+      kind == ScanKind::max || kind == ScanKind::min ? vk::KernelUse::ordered : vk::KernelUse::arithmetic;
+  vk::GpuView v = vk::kernel_input(r, vk::array_view(x), use);
   const size_t ax = static_cast<size_t>(axis), rank = v.shape.size();
   const int64_t outer = vk::shape_product(v.shape, 0, ax), n = v.shape[ax],
                 inner = vk::shape_product(v.shape, ax + 1, rank);
@@ -24,8 +27,8 @@ void scan(ScanKind kind, const Array& x, int axis, bool reverse, bool inclusive,
   int64_t axis_stride = v.strides[ax];
   if (!outer_stride || !inner_stride) {
     vk::GpuView dense = vk::GpuView::contiguous(
-        r.context().allocator().allocate(static_cast<size_t>(x.nbytes())), x.dtype(), v.shape);
-    vk::record_elementwise(r, {.inputs = {x.dtype()}, .compute = x.dtype(), .out = x.dtype(), .expr = "x0"},
+        r.context().allocator().allocate(static_cast<size_t>(x.size()) * size_of(v.dtype)), v.dtype, v.shape);
+    vk::record_elementwise(r, {.inputs = {v.dtype}, .compute = v.dtype, .out = v.dtype, .expr = "x0"},
                            {&v, 1}, dense);
     v = std::move(dense);
     outer_stride = n * inner;
@@ -37,7 +40,9 @@ void scan(ScanKind kind, const Array& x, int axis, bool reverse, bool inclusive,
   constexpr vk::ScanOp kOps[] = {vk::ScanOp::sum, vk::ScanOp::prod, vk::ScanOp::max, vk::ScanOp::min,
                                  vk::ScanOp::logaddexp};
   const vk::ScanParams params{kOps[static_cast<int>(kind)], reverse, inclusive};
-  vk::record_scan(r, params, v, vk::array_out_view(out, v.shape));
+  const vk::KernelOutput o(r, vk::array_out_view(out, v.shape), use);
+  vk::record_scan(r, params, v, o.view());
+  o.finish(r);
 }
 
 }  // namespace kiln::gpu

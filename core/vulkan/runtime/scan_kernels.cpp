@@ -73,8 +73,12 @@ Variant variant_for(Dtype in, ScanOp op, const ScanFeatures& f) {
       return extreme ? Variant{"i64", 0, 0, int64} : Variant{"u64", 0, 0, int64};
     case float64:
       return {"f64", 0, 0, float64};
+    case int16:
+    case uint16:
+    case uint64:
+      break;  // gpu::scan widens or reinterprets them first (dtype_adapter.h)
   }
-  throw ValueError::of(kOp, "unknown dtype", "{}", static_cast<int>(in));
+  throw NotImplemented::of(kOp, "no scan kernel for this dtype", "{}", dtype_name(in));
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -203,8 +207,8 @@ void scan_block(Recorder& r, const ScanFeatures& f, const Variant& v, const Scan
 ScanFeatures ScanFeatures::of(const DeviceCaps& caps) { return {caps.storage16, caps.int64, caps.float64}; }
 
 Dtype scan_out_dtype(Dtype t) {
-  if (t == bool_ || t == int8) return int32;
-  if (t == uint8) return uint32;
+  if (t == bool_ || t == int8 || t == int16) return int32;
+  if (t == uint8 || t == uint16) return uint32;
   return t;
 }
 Dtype scan_out_dtype(ScanOp op, Dtype t) {

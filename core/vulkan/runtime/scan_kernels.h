@@ -28,7 +28,7 @@ struct ScanFeatures {
 };
 
 /// The dtype of a scan's result for input t, as on the CPU (reduce_out_dtype of a sum): int32
-/// for bool and int8, uint32 for uint8, t otherwise.
+/// for bool, int8 and int16, uint32 for uint8 and uint16, t otherwise.
 Dtype scan_out_dtype(Dtype t);
 /// The dtype of a scan's result by op: scan_out_dtype(t) for sums and products, t for the others.
 Dtype scan_out_dtype(ScanOp op, Dtype t);

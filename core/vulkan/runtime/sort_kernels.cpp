@@ -63,6 +63,12 @@ uint32_t sort_dtype(Dtype t) {
       return 8;
     case float64:
       return 9;
+    case int16:
+      return 10;
+    case uint16:
+      return 11;
+    case uint64:
+      return 12;
   }
   throw NotImplemented::of("gpu sort", "no GPU sort for this dtype", "{}", dtype_name(t));
 }

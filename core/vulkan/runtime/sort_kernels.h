@@ -35,7 +35,7 @@ SortPlan plan_sort(uint32_t max_shared, uint32_t max_workgroup, int64_t rows, in
 /// sort), or, when `descending`, descending with NaNs first and ties by lower position (the CPU's
 /// top-k). out is contiguous (offset 0) with x's shape except along the axis, where it holds the
 /// first out.shape[axis] <= n of each sorted row: the values (out dtype x's) or their positions
-/// along the axis (int32). x: any strides and any dtype (bool, uint8, int8, int32, uint32,
+/// along the axis (int32). x: any strides and any dtype (bool, uint8, int8, int16, uint16, int32, uint32,
 /// float16, bfloat16, float32, int64, float64; no 8-, 16- or 64-bit device features needed).
 /// `tile_limit` caps the tile (tests use it to reach the multi-pass path with short rows).
 /// Throws ShapeError, ValueError, NotImplemented (more than 2^31 padded elements, too many dims).
