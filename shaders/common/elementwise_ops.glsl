@@ -131,14 +131,6 @@ int kiln_left_shift(int a, int b) { return (b < 0 || b >= 32) ? 0 : a << b; }
 int kiln_right_shift(int a, int b) { return (b < 0 || b >= 32) ? (a < 0 ? -1 : 0) : a >> b; }
 uint kiln_left_shift(uint a, uint b) { return b >= 32u ? 0u : a << b; }
 uint kiln_right_shift(uint a, uint b) { return b >= 32u ? 0u : a >> b; }
-#ifdef KILN_HAS_INT64
-int64_t kiln_left_shift(int64_t a, int64_t b) { return (b < 0 || b >= 64) ? int64_t(0) : a << b; }
-int64_t kiln_right_shift(int64_t a, int64_t b) {
-  return (b < 0 || b >= 64) ? (a < 0 ? int64_t(-1) : int64_t(0)) : a >> b;
-}
-uint64_t kiln_left_shift(uint64_t a, uint64_t b) { return b >= uint64_t(64) ? uint64_t(0) : a << b; }
-uint64_t kiln_right_shift(uint64_t a, uint64_t b) { return b >= uint64_t(64) ? uint64_t(0) : a >> b; }
-#endif
 
 KILN_NONZERO(float, 0.0)
 KILN_NONZERO(int, 0)
@@ -160,24 +152,7 @@ KILN_SIGNED_DIVISION(int, uint, 0, 1)
 KILN_UNSIGNED_DIVISION(uint, 0u)
 KILN_FLOAT_COMMON(float, 0.0, 1.0)
 
-#ifdef KILN_HAS_INT64
-KILN_NONZERO(int64_t, int64_t(0))
-KILN_SQUARE(int64_t)
-KILN_SIGNED_ABS(int64_t, int64_t(0))
-KILN_INT_SIGN(int64_t, int64_t(0), int64_t(1))
-KILN_INT_EXACT(int64_t)
-KILN_ORDERED_MINMAX(int64_t)
-KILN_INT_POWER(int64_t, int64_t(0), int64_t(1))
-KILN_SIGNED_DIVISION(int64_t, uint64_t, int64_t(0), int64_t(1))
-KILN_NONZERO(uint64_t, uint64_t(0))
-KILN_SQUARE(uint64_t)
-uint64_t kiln_abs(uint64_t x) { return x; }
-uint64_t kiln_sign(uint64_t x) { return x > uint64_t(0) ? uint64_t(1) : uint64_t(0); }
-KILN_INT_EXACT(uint64_t)
-KILN_ORDERED_MINMAX(uint64_t)
-KILN_UINT_POWER(uint64_t, uint64_t(0), uint64_t(1))
-KILN_UNSIGNED_DIVISION(uint64_t, uint64_t(0))
-#endif
+#include "elementwise_int64.glsl"
 #ifdef KILN_HAS_FLOAT64
 KILN_NONZERO(double, 0.0LF)
 KILN_SQUARE(double)

@@ -12,6 +12,7 @@
 
 #include "kiln/core/ops/random_primitives.h"
 #include "support/op_test.h"
+#include "support/stats.h"
 
 namespace kiln {
 namespace {
@@ -25,29 +26,11 @@ std::vector<uint32_t> float_bits(const Array& a) {
   return out;
 }
 
-double mean_of(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); }
-double variance_of(const std::vector<double>& v) {
-  const double m = mean_of(v);
-  double s = 0;
-  for (double x : v) s += (x - m) * (x - m);
-  return s / v.size();
-}
-
-// Kolmogorov-Smirnov statistic sqrt(n) * sup |F_n - F|; above 1.95 has probability about 0.001.
-template <class Cdf>
-double ks_statistic(std::vector<double> v, Cdf cdf) {
-  std::sort(v.begin(), v.end());
-  const double n = static_cast<double>(v.size());
-  double d = 0;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const double f = cdf(v[i]);
-    d = std::max({d, std::abs(f - i / n), std::abs((i + 1) / n - f)});
-  }
-  return d * std::sqrt(n);
-}
-constexpr double kKsCritical = 1.95;
-
-double normal_cdf(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
+using test::kKsCritical;
+using test::ks_statistic;
+using test::mean_of;
+using test::normal_cdf;
+using test::variance_of;
 
 // ---------------------------------------------------------------- threefry and keys
 

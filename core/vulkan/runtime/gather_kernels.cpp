@@ -344,11 +344,11 @@ const char* row_variant(Dtype t, const DeviceCaps& caps, const char* op, bool si
   return variant;
 }
 
-}  // namespace
-
-void record_scatter_add_rows(Recorder& r, const GpuView& x, const SortedRows& sorted, const GpuView& upd,
-                             const GpuView& out) {
-  constexpr const char* op = "gpu scatter_add";
+// The row scatters' shared body: checks, then one dispatch of `shader(ctx)` over the [P, N, Q]
+// output, each element walking its sorted updates.
+template <class Shader>
+void record_row_scatter(Recorder& r, const char* op, const GpuView& x, const SortedRows& sorted,
+                        const GpuView& upd, const GpuView& out, Shader&& shader) {
   check_view(x, op);
   check_view(upd, op);
   check_view(out, op);
@@ -364,8 +364,7 @@ void record_scatter_add_rows(Recorder& r, const GpuView& x, const SortedRows& so
     throw ValueError::of(op, "dtypes differ", "{}, {} into {}", dtype_name(x.dtype), dtype_name(upd.dtype),
                          dtype_name(out.dtype));
   Context& ctx = r.context();
-  const DeviceCaps& caps = ctx.caps();
-  const char* variant = row_variant(x.dtype, caps, op, false);
+  const std::string name = shader(ctx);
   const int64_t total = P * N * Q;
   if (total == 0) return;
   const BlocksPush p{u32(total),
@@ -381,7 +380,7 @@ void record_scatter_add_rows(Recorder& r, const GpuView& x, const SortedRows& so
                      i32(upd.strides[1]),
                      i32(upd.strides[2])};
   const uint32_t wg = workgroup_size(ctx);
-  r.dispatch(builtin_shader(fmt::format("scatter_add_rows_{}", variant)), {wg},
+  r.dispatch(builtin_shader(name), {wg},
              {{x.buffer, Access::read},
               {upd.buffer, Access::read},
               {sorted.offsets, Access::read},
@@ -390,56 +389,25 @@ void record_scatter_add_rows(Recorder& r, const GpuView& x, const SortedRows& so
              p, groups_for(total, wg, ctx));
 }
 
+}  // namespace
+
+void record_scatter_add_rows(Recorder& r, const GpuView& x, const SortedRows& sorted, const GpuView& upd,
+                             const GpuView& out) {
+  constexpr const char* op = "gpu scatter_add";
+  record_row_scatter(r, op, x, sorted, upd, out, [&](Context& ctx) {
+    return fmt::format("scatter_add_rows_{}", row_variant(x.dtype, ctx.caps(), op, false));
+  });
+}
+
 void record_scatter_reduce_rows(Recorder& r, const GpuView& x, const SortedRows& sorted, const GpuView& upd,
                                 RowCombine op, const GpuView& out) {
   constexpr const char* name = "gpu scatter";
-  check_view(x, name);
-  check_view(upd, name);
-  check_view(out, name);
-  check_block(x, "x", name);
-  check_block(upd, "updates", name);
-  const int64_t P = x.shape[0], N = x.shape[1], Q = x.shape[2];
-  if (upd.shape != Shape{P, sorted.count, Q} || sorted.n != N)
-    throw ShapeError::of(name, "updates do not fit", "{} for x {} and {} rows", upd.shape, x.shape,
-                         sorted.count);
-  check_contiguous_out(out, x.shape, name);
-  if (out.offset != 0)
-    throw ValueError::of(name, "the output must start its buffer", "offset {}", out.offset);
-  if (upd.dtype != x.dtype || out.dtype != x.dtype)
-    throw ValueError::of(name, "dtypes differ", "{}, {} into {}", dtype_name(x.dtype), dtype_name(upd.dtype),
-                         dtype_name(out.dtype));
-  Context& ctx = r.context();
-  const DeviceCaps& caps = ctx.caps();
-  std::string shader;
-  if (op == RowCombine::set) {
-    shader = fmt::format("scatter_set_rows_{}", unit_suffix(size_of(x.dtype), ctx, name));
-  } else {
-    const char* variant = row_variant(x.dtype, caps, name, true);
+  record_row_scatter(r, name, x, sorted, upd, out, [&](Context& ctx) {
+    if (op == RowCombine::set)
+      return fmt::format("scatter_set_rows_{}", unit_suffix(size_of(x.dtype), ctx, name));
     const char* what = op == RowCombine::max ? "max" : op == RowCombine::min ? "min" : "prod";
-    shader = fmt::format("scatter_{}_rows_{}", what, variant);
-  }
-  const int64_t total = P * N * Q;
-  if (total == 0) return;
-  const BlocksPush p{u32(total),
-                     u32(N),
-                     u32(Q),
-                     u32(sorted.count),
-                     u32(x.offset),
-                     i32(x.strides[0]),
-                     i32(x.strides[1]),
-                     i32(x.strides[2]),
-                     u32(upd.offset),
-                     i32(upd.strides[0]),
-                     i32(upd.strides[1]),
-                     i32(upd.strides[2])};
-  const uint32_t wg = workgroup_size(ctx);
-  r.dispatch(builtin_shader(shader), {wg},
-             {{x.buffer, Access::read},
-              {upd.buffer, Access::read},
-              {sorted.offsets, Access::read},
-              {sorted.order, Access::read},
-              {out.buffer, Access::write}},
-             p, groups_for(total, wg, ctx));
+    return fmt::format("scatter_{}_rows_{}", what, row_variant(x.dtype, ctx.caps(), name, true));
+  });
 }
 
 void record_put_rows(Recorder& r, const GpuView& x, const BufferPtr& rows, const GpuView& vals,
