@@ -228,7 +228,9 @@ Array Gpt::hidden(const Array& tokens, GptCache* cache, bool training) const {
   for (size_t i = 0; i < h.size(); ++i) {
     const GptBlock& block = h[i];
     x = x + attention(*block.attn, block.ln_1(x), offset, cache ? &entries[i] : nullptr, training);
-    Array m = block.mlp->c_proj(nn::gelu(block.mlp->c_fc(block.ln_2(x))));
+    const Array hidden_ff = block.mlp->c_fc(block.ln_2(x));
+    Array m = block.mlp->c_proj(config_.activation == GptActivation::gelu_tanh ? nn::gelu_tanh(hidden_ff)
+                                                                               : nn::gelu(hidden_ff));
     x = x + (p > 0 ? nn::dropout(m, p) : m);
   }
   x = ln_f(x);

@@ -25,6 +25,12 @@
 
 namespace kiln::models {
 
+/// The MLP's nonlinearity.
+enum class GptActivation {
+  gelu,      // exact GELU (nanoGPT)
+  gelu_tanh  // the tanh approximation (OpenAI's GPT-2: "gelu_new" in its config)
+};
+
 enum class GptPositions {
   learned,  // a learned (context, d_model) table added to the token embeddings (GPT-2)
   rope      // rotary embedding of queries and keys in every attention layer (RoFormer, LLaMA)
@@ -39,6 +45,7 @@ struct GptConfig {
   std::optional<int64_t> d_ff = std::nullopt;  // MLP hidden width; 4 * d_model when unset
   double dropout = 0.0;  // embeddings, attention weights and both residual branches; training only
   GptPositions positions = GptPositions::learned;
+  GptActivation activation = GptActivation::gelu;
   double rope_base = 10000.0;
   bool bias = true;             // biases of the linear layers and LayerNorms
   bool tie_embeddings = false;  // the head reuses wte.weight (GPT-2); no lm_head.weight then
@@ -86,6 +93,13 @@ class GptCache {
   bool empty() const { return length_ == 0; }
   /// Forgets every position.
   void clear() { *this = GptCache(); }
+  /// Replaces the whole state (for models other than Gpt that keep their keys and values in a
+  /// GptCache, e.g. models::LlamaForCausalLM): `layers` hold `length` positions of `batch` rows.
+  void assign(std::vector<nn::KVCache::Entry> layers, int64_t length, int64_t batch) {
+    layers_ = std::move(layers);
+    length_ = length;
+    batch_ = batch;
+  }
   /// keys and values of each layer, (B, heads, length, head_dim); RoPE is already applied to keys.
   const std::vector<nn::KVCache::Entry>& layers() const { return layers_; }
 
