@@ -9,6 +9,7 @@
 #include "kiln/core/ops/binary.h"
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/ops/creation.h"
+#include "kiln/core/ops/index.h"
 #include "kiln/core/ops/linalg.h"
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/shape.h"
@@ -18,6 +19,7 @@
 #include "kiln/nn/activations.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/layers/dropout.h"
+#include "pretrained/common_impl.h"
 
 namespace kiln::models {
 
@@ -171,7 +173,7 @@ void Gpt::check_tokens(const Array& tokens, int64_t offset) const {
 }
 
 Array Gpt::attention(const GptAttention& attn, const Array& x, int64_t offset, nn::KVCache::Entry* entry,
-                     bool training) const {
+                     bool training, const Array& hidden_keys) const {
   const int64_t b = x.shape(0), t = x.shape(1), heads = config_.heads, d = head_dim();
   const double p = training ? config_.dropout : 0.0;
   // One GEMM for q, k and v, then (B, T, H * D) -> (B, H, T, D) views.
@@ -194,7 +196,7 @@ Array Gpt::attention(const GptAttention& attn, const Array& x, int64_t offset, n
   if (p == 0) {
     // One fused node (core/ops/attention.h): query i (absolute position offset + i) sees keys
     // 0..offset + i, which is its causal rule with Lk = offset + t keys.
-    const Array out = scaled_dot_product_attention(q, k, v, scale, /*causal=*/true);
+    const Array out = scaled_dot_product_attention(q, k, v, scale, /*causal=*/true, hidden_keys);
     return attn.c_proj(reshape(transpose(out, {0, 2, 1, 3}), {b, t, config_.d_model}));
   }
   const int64_t len = k.shape(2);
@@ -202,13 +204,14 @@ Array Gpt::attention(const GptAttention& attn, const Array& x, int64_t offset, n
   Array scores = matmul(q * scale, swapaxes(k, -1, -2));
   // Query i (absolute position offset + i) sees keys 0..offset + i; one new query sees them all.
   if (t > 1) scores = where(slice(future_, {Slice{offset, offset + t}, Slice{0, len}}), -kInf, scores);
+  if (hidden_keys.valid()) scores = where(hidden_keys, -kInf, scores);
   Array weights = softmax(scores, -1);
   if (p > 0) weights = nn::dropout(weights, p);
   Array out = attn.c_proj(reshape(transpose(matmul(weights, v), {0, 2, 1, 3}), {b, t, config_.d_model}));
   return p > 0 ? nn::dropout(out, p) : out;
 }
 
-Array Gpt::hidden(const Array& tokens, GptCache* cache, bool training) const {
+Array Gpt::hidden(const Array& tokens, GptCache* cache, bool training, const Array& attention_mask) const {
   const int64_t offset = cache ? cache->length() : 0;
   check_tokens(tokens, offset);
   const int64_t b = tokens.shape(0), t = tokens.shape(1);
@@ -216,9 +219,18 @@ Array Gpt::hidden(const Array& tokens, GptCache* cache, bool training) const {
     throw ShapeError::of(kName, "batch differs from the cache's", "cache batch {}, tokens {}", cache->batch(),
                          shape_str(tokens.shape()));
   const double p = training ? config_.dropout : 0.0;
+  models::detail::PaddedPositions padded;
+  if (attention_mask.valid()) {
+    if (rope_)
+      throw NotImplemented::of(kName, "padded batches with rotary positions are not supported",
+                               "RoPE takes one offset for every row");
+    padded = models::detail::padded_positions(kName, attention_mask, b, offset, t);
+  }
 
   Array x = wte(tokens);
-  if (wpe->weight.has_value()) x = x + slice(wpe->weight.value(), {Slice{offset, offset + t}});
+  if (wpe->weight.has_value())
+    x = x + (padded.positions.valid() ? take(wpe->weight.value(), padded.positions, 0)
+                                      : slice(wpe->weight.value(), {Slice{offset, offset + t}}));
   if (p > 0) x = nn::dropout(x, p);
   std::vector<nn::KVCache::Entry> entries;
   if (cache) {
@@ -227,7 +239,8 @@ Array Gpt::hidden(const Array& tokens, GptCache* cache, bool training) const {
   }
   for (size_t i = 0; i < h.size(); ++i) {
     const GptBlock& block = h[i];
-    x = x + attention(*block.attn, block.ln_1(x), offset, cache ? &entries[i] : nullptr, training);
+    x = x +
+        attention(*block.attn, block.ln_1(x), offset, cache ? &entries[i] : nullptr, training, padded.hidden);
     const Array hidden_ff = block.mlp->c_fc(block.ln_2(x));
     Array m = block.mlp->c_proj(config_.activation == GptActivation::gelu_tanh ? nn::gelu_tanh(hidden_ff)
                                                                                : nn::gelu(hidden_ff));
@@ -250,6 +263,10 @@ Array Gpt::forward(const Array& tokens) const { return logits(hidden(tokens, nul
 
 Array Gpt::forward(const Array& tokens, GptCache& cache) const {
   return logits(hidden(tokens, &cache, is_training()));
+}
+
+Array Gpt::forward(const Array& tokens, GptCache& cache, const Array& attention_mask) const {
+  return logits(hidden(tokens, &cache, is_training(), attention_mask));
 }
 
 Array Gpt::generate(const Array& prompt, int64_t max_new_tokens, const SamplingOptions& options) const {

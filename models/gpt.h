@@ -147,6 +147,12 @@ class Gpt : public nn::Module {
   /// when cache.length() + T > context or B differs from the cache's batch; the cache is changed
   /// only when the call succeeds.
   Array forward(const Array& tokens, GptCache& cache) const;
+  /// The same for padded batches: attention_mask (B, cache.length() + T), nonzero for real tokens
+  /// (empty: none), covers the cached and the new positions; learned positions count real tokens
+  /// only and padding is never attended (as transformers' generate), so a left-padded row's logits
+  /// equal its unpadded sequence's. Throws ShapeError for a mask of another shape, DtypeError for a
+  /// float mask, NotImplemented with rotary positions.
+  Array forward(const Array& tokens, GptCache& cache, const Array& attention_mask) const;
 
   /// The prompt (B, T0) or (T0) followed by max_new_tokens sampled tokens: (B, T0 + max_new_tokens)
   /// or (T0 + max_new_tokens), int32. Decodes with a KV cache, evaluating once per token, and never
@@ -165,10 +171,11 @@ class Gpt : public nn::Module {
   nn::ModuleInfo<nn::Linear> lm_head;  // d_model -> vocab_size, no bias; holds no weight when tied
 
  private:
-  Array hidden(const Array& tokens, GptCache* cache, bool training) const;
+  Array hidden(const Array& tokens, GptCache* cache, bool training,
+               const Array& attention_mask = Array()) const;
   Array logits(const Array& hidden) const;
   Array attention(const GptAttention& attn, const Array& x, int64_t offset, nn::KVCache::Entry* entry,
-                  bool training) const;
+                  bool training, const Array& hidden_keys) const;
   void check_tokens(const Array& tokens, int64_t offset) const;
 
   GptConfig config_;

@@ -1,11 +1,14 @@
 #include <limits>
 
 #include "common_impl.h"
+#include "kiln/core/error.h"
 #include "kiln/core/ops/attention.h"
 #include "kiln/core/ops/binary.h"
+#include "kiln/core/ops/cast.h"
 #include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/linalg.h"
 #include "kiln/core/ops/reduce.h"
+#include "kiln/core/ops/scan.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/ops/ternary.h"
 #include "kiln/nn/layers/dropout.h"
@@ -27,6 +30,26 @@ Array attend(const Array& q, const Array& k, const Array& v, double scale, bool 
   Array scores = matmul(q * scale, swapaxes(k, -1, -2));
   if (hidden.valid()) scores = where(hidden, -std::numeric_limits<double>::infinity(), scores);
   return matmul(nn::dropout(softmax(scores, -1), dropout), v);
+}
+
+PaddedPositions padded_positions(const char* op, const Array& mask, int64_t batch, int64_t offset,
+                                 int64_t t) {
+  const int64_t len = offset + t;
+  if (!mask.valid()) throw ValueError::of(op, "attention_mask is an empty Array");
+  if (is_floating(mask.dtype()))
+    throw DtypeError::of(op, "attention_mask must be integers or bool", "got {}", dtype_name(mask.dtype()));
+  if (mask.shape() != Shape{batch, len})
+    throw ShapeError::of(op, "attention_mask must cover the cached and the new positions",
+                         "expected ({}, {}) for {} cached + {} new, got {}", batch, len, offset, t,
+                         shape_str(mask.shape()));
+  const Array real = astype(mask != 0, int32);
+  const Array all = maximum(cumsum(real, 1) - 1, 0);
+  const Array positions = slice(all, {Slice{}, Slice{offset, len}});
+  const Array query_pos =
+      reshape(arange(static_cast<double>(offset), static_cast<double>(len), 1, int32), {t, 1});
+  const Array key_pos = reshape(arange(0, static_cast<double>(len), 1, int32), {1, len});
+  const Array padding = reshape(real == 0, {batch, 1, 1, len});
+  return {positions, logical_and(padding, reshape(key_pos != query_pos, {1, 1, t, len}))};
 }
 
 Array split_heads(const Array& x, int64_t heads) {

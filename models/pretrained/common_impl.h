@@ -20,6 +20,17 @@ inline bool ends_with(std::string_view s, std::string_view suffix) {
 Array attend(const Array& q, const Array& k, const Array& v, double scale, bool causal, const Array& mask,
              double dropout);
 
+/// Positions and hidden keys from an attention mask, as transformers' generate derives them.
+struct PaddedPositions {
+  Array positions;  // (B, T) int32: real tokens before each new one (0 for padding)
+  Array hidden;     // (B, 1, T, Lk) bool: keys that are padding, but for a query's own position
+};
+/// `mask` (B, Lk) covers the Lk = offset + T positions so far, nonzero for real tokens (left
+/// padding puts a prompt's pads first). A padding query keeps its own key: seeing none, it would
+/// give NaN, and NaN values poison later layers even where they are masked out. Throws ShapeError
+/// for another shape, DtypeError for a float mask. `op` names the caller in errors.
+PaddedPositions padded_positions(const char* op, const Array& mask, int64_t batch, int64_t offset, int64_t t);
+
 /// (B, T, H * D) -> (B, H, T, D).
 Array split_heads(const Array& x, int64_t heads);
 /// (B, H, T, D) -> (B, T, H * D).

@@ -38,6 +38,9 @@ class Gpt2LMHeadModel : public CausalLM {
   Array forward(const Array& tokens, GptCache& cache) const override {
     return transformer->forward(tokens, cache);
   }
+  Array forward(const Array& tokens, GptCache& cache, const Array& attention_mask) const override {
+    return transformer->forward(tokens, cache, attention_mask);
+  }
   int64_t vocab_size() const override { return config_.gpt.vocab_size; }
   int64_t max_positions() const override { return config_.gpt.context; }
 

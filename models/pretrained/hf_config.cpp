@@ -144,6 +144,13 @@ int64_t HfConfig::get_size(std::string_view key) const {
   return static_cast<int64_t>(v->size());
 }
 
+std::string HfConfig::type_of(std::string_view key) const {
+  const auto* v = find(json_->value, key);
+  if (!v) return "null";
+  if (v->is_number()) return "number";
+  return v->type_name();
+}
+
 std::vector<std::string> HfConfig::keys() const {
   std::vector<std::string> out;
   for (const auto& [k, v] : json_->value.items()) out.push_back(k);

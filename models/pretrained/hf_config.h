@@ -48,6 +48,9 @@ class HfConfig {
   HfConfig get_object(std::string_view key) const;
   /// The number of entries of an object or list value (`id2label`); 0 when absent.
   int64_t get_size(std::string_view key) const;
+  /// The JSON type of the value at `key`: "null" (also when absent), "string", "number",
+  /// "boolean", "array" or "object".
+  std::string type_of(std::string_view key) const;
   /// The keys, in file order.
   std::vector<std::string> keys() const;
 

@@ -256,10 +256,15 @@ nn::ParamTree LlamaForCausalLM::from_checkpoint(const nn::ParamTree& tensors, Lo
   return out;
 }
 
-Array LlamaForCausalLM::forward(const Array& tokens) const { return run(tokens, nullptr); }
-Array LlamaForCausalLM::forward(const Array& tokens, GptCache& cache) const { return run(tokens, &cache); }
+Array LlamaForCausalLM::forward(const Array& tokens) const { return run(tokens, nullptr, Array()); }
+Array LlamaForCausalLM::forward(const Array& tokens, GptCache& cache) const {
+  return run(tokens, &cache, Array());
+}
+Array LlamaForCausalLM::forward(const Array& tokens, GptCache& cache, const Array& attention_mask) const {
+  return run(tokens, &cache, attention_mask);
+}
 
-Array LlamaForCausalLM::run(const Array& tokens, GptCache* cache) const {
+Array LlamaForCausalLM::run(const Array& tokens, GptCache* cache, const Array& attention_mask) const {
   const LlamaConfig& c = config_;
   if (!tokens.valid()) throw ValueError::of(kName, "tokens are an empty Array");
   if (!is_integral(tokens.dtype()))
@@ -279,20 +284,28 @@ Array LlamaForCausalLM::run(const Array& tokens, GptCache* cache) const {
 
   Array x = model->embed_tokens(tokens);
   const Dtype dt = x.dtype();
-  // cos and sin of position * frequency, (T, D), each frequency twice (the rotate-half layout).
-  const Array positions =
-      reshape(arange(static_cast<double>(offset), static_cast<double>(len), 1, float32), {t, 1});
-  const Array freqs = positions * Array(std::vector<double>(inv_freq_), {1, d / 2}, float32);
+  // Padded batches: positions per row, padding keys hidden.
+  detail::PaddedPositions padded;
+  if (attention_mask.valid()) padded = detail::padded_positions(kName, attention_mask, b, offset, t);
+  // cos and sin of position * frequency, each frequency twice (the rotate-half layout): (T, D), or
+  // (B, 1, T, D) with per-row positions.
+  const Array inv_freq = Array(std::vector<double>(inv_freq_), {1, d / 2}, float32);
+  const Array freqs =
+      padded.positions.valid()
+          ? reshape(astype(padded.positions, float32), {b, 1, t, 1}) * reshape(inv_freq, {1, 1, 1, d / 2})
+          : reshape(arange(static_cast<double>(offset), static_cast<double>(len), 1, float32), {t, 1}) *
+                inv_freq;
   const Array angles = concatenate({freqs, freqs}, -1);
   const Array cos_t = astype(cos(angles), dt), sin_t = astype(sin(angles), dt);
   auto rotary = [&](const Array& a) { return a * cos_t + rotate_half(a) * sin_t; };
   // Mistral's window: query at position p sees keys in (p - window, p].
-  Array window_mask;
+  Array hidden = padded.hidden;
   if (c.sliding_window && len > *c.sliding_window) {
     const Array query_pos =
         reshape(arange(static_cast<double>(offset), static_cast<double>(len), 1, int32), {t, 1});
     const Array key_pos = reshape(arange(0, static_cast<double>(len), 1, int32), {1, len});
-    window_mask = (query_pos - key_pos) >= Array(static_cast<int32_t>(*c.sliding_window));
+    const Array window = (query_pos - key_pos) >= Array(static_cast<int32_t>(*c.sliding_window));
+    hidden = hidden.valid() ? logical_or(hidden, window) : window;
   }
 
   std::vector<nn::KVCache::Entry> entries;
@@ -320,7 +333,7 @@ Array LlamaForCausalLM::run(const Array& tokens, GptCache* cache) const {
       k = repeat(k, rep, 1);
       v = repeat(v, rep, 1);
     }
-    const Array attn = detail::attend(q, k, v, scale, /*causal=*/true, window_mask, dropout);
+    const Array attn = detail::attend(q, k, v, scale, /*causal=*/true, hidden, dropout);
     x = x + a.o_proj(detail::merge_heads(attn));
     const LlamaMlp& m = *layer.mlp;
     const Array g = layer.post_attention_layernorm(x);

@@ -106,6 +106,7 @@ class LlamaForCausalLM : public CausalLM {
   /// ShapeError for another rank or past max_position_embeddings (cached positions included).
   Array forward(const Array& tokens) const override;
   Array forward(const Array& tokens, GptCache& cache) const override;
+  Array forward(const Array& tokens, GptCache& cache, const Array& attention_mask) const override;
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_positions() const override { return config_.max_position_embeddings; }
 
@@ -119,7 +120,7 @@ class LlamaForCausalLM : public CausalLM {
   nn::ModuleInfo<nn::Linear> lm_head;  // holds no weight when tied
 
  private:
-  Array run(const Array& tokens, GptCache* cache) const;
+  Array run(const Array& tokens, GptCache* cache, const Array& attention_mask) const;
 
   LlamaConfig config_;
   std::vector<double> inv_freq_;  // head_dim / 2 rotary frequencies, scaled

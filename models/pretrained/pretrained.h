@@ -77,6 +77,12 @@ class CausalLM : public PretrainedModel {
   /// tokens (B, T) integers -> logits (B, T, vocab_size()).
   virtual Array forward(const Array& tokens) const = 0;
   virtual Array forward(const Array& tokens, GptCache& cache) const = 0;
+  /// The same for padded batches: attention_mask (B, cache.length() + T), nonzero for real tokens,
+  /// covers the cached positions and the new ones (with left padding a prompt's pads come first).
+  /// Positions count real tokens only, and padding is never attended, as transformers' generate
+  /// does it: a row's logits equal those of its unpadded sequence. Throws ShapeError for a mask of
+  /// another shape, DtypeError for a float mask.
+  virtual Array forward(const Array& tokens, GptCache& cache, const Array& attention_mask) const = 0;
   Array operator()(const Array& tokens) const { return forward(tokens); }
   virtual int64_t vocab_size() const = 0;
   /// The longest sequence (cached positions included) the model accepts.

@@ -4,10 +4,13 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/ops/binary.h"
+#include "kiln/core/ops/cast.h"
+#include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/linalg.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/random.h"
 #include "kiln/nn/init.h"
+#include "kiln/nn/layers/dropout.h"
 
 namespace kiln::nn {
 
@@ -26,7 +29,39 @@ Array Linear::operator()(const Array& x) const {
   if (x.ndim() < 1 || x.shape().back() != in_)
     throw ShapeError::of("Linear", "input's last dimension must be in_features", "expected (..., {}), got {}",
                          in_, shape_str(x.shape()));
-  return linear(x, weight.value(), bias.has_value() ? bias.value() : Array());
+  const Array y = linear(x, weight.value(), bias.has_value() ? bias.value() : Array());
+  if (!has_lora()) return y;
+  const Array xa = is_training() && lora_dropout_ > 0 ? dropout(x, lora_dropout_) : x;
+  return y + linear(linear(xa, lora_A->weight.value()), lora_B->weight.value()) * lora_scale_;
+}
+
+void Linear::add_lora(const LoRAOptions& o) {
+  if (o.r < 1) throw ValueError::of("Linear::add_lora", "rank r must be >= 1", "got {}", o.r);
+  if (!(o.dropout >= 0 && o.dropout < 1))
+    throw ValueError::of("Linear::add_lora", "dropout must be in [0, 1)", "got {}", o.dropout);
+  const Dtype t = weight.value().dtype();
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
+  lora_A->weight.reset(
+      init::uniform({o.r, in_}, -bound, bound, t, o.key.valid() ? o.key : random::next_key()));
+  lora_B->weight.reset(zeros({out_, o.r}, t));
+  lora_scale_ = o.alpha / static_cast<double>(o.r);
+  lora_dropout_ = o.dropout;
+}
+
+void Linear::merge_lora() {
+  if (!has_lora()) return;
+  const Array w =
+      astype(weight.value() + matmul(lora_B->weight.value(), lora_A->weight.value()) * lora_scale_,
+             weight.value().dtype());
+  w.eval();
+  weight.set(w);
+  remove_lora();
+}
+
+void Linear::remove_lora() {
+  lora_A->weight.reset(Array());
+  lora_B->weight.reset(Array());
+  lora_scale_ = lora_dropout_ = 0.0;
 }
 
 }  // namespace kiln::nn

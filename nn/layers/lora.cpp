@@ -13,6 +13,64 @@
 
 namespace kiln::nn {
 
+namespace {
+
+bool names_target(const std::string& key, const std::vector<std::string>& targets) {
+  for (const std::string& t : targets)
+    if (key == t || (key.size() > t.size() && key.compare(key.size() - t.size(), t.size(), t) == 0 &&
+                     key[key.size() - t.size() - 1] == '.'))
+      return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> add_lora(Module& model, const LoRAConfig& config) {
+  std::vector<std::pair<std::string, Linear*>> targets;
+  std::vector<std::string> linears;
+  for (auto& [key, m] : model.named_modules())
+    if (auto* l = dynamic_cast<Linear*>(m)) {
+      linears.push_back(key);
+      if (names_target(key, config.target_modules)) targets.emplace_back(key, l);
+    }
+  if (targets.empty()) {
+    std::string targets_list, present;
+    for (const auto& t : config.target_modules) targets_list += (targets_list.empty() ? "" : ", ") + t;
+    for (size_t i = 0; i < linears.size() && i < 8; ++i) present += (i ? ", " : "") + linears[i];
+    if (linears.size() > 8) present += ", ...";
+    throw ValueError::of("add_lora", "no Linear layer matches the target modules",
+                         "targets [{}]; Linear layers: [{}]", targets_list,
+                         present.empty() ? std::string("none") : present);
+  }
+  if (config.r < 1) throw ValueError::of("add_lora", "rank r must be >= 1", "got {}", config.r);
+  if (!(config.dropout >= 0 && config.dropout < 1))
+    throw ValueError::of("add_lora", "dropout must be in [0, 1)", "got {}", config.dropout);
+  model.freeze();
+  const auto keys = random::split_keys(config.key.valid() ? config.key : random::next_key(),
+                                       static_cast<int>(targets.size()));
+  std::vector<std::string> adapted, adapters;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const auto& [key, l] = targets[i];
+    l->add_lora({.r = config.r, .alpha = config.alpha, .dropout = config.dropout, .key = keys[i]});
+    adapted.push_back(key);
+    const std::string prefix = key.empty() ? "" : key + ".";
+    adapters.push_back(prefix + "lora_A");
+    adapters.push_back(prefix + "lora_B");
+  }
+  model.unfreeze(adapters);
+  return adapted;
+}
+
+std::vector<std::string> merge_lora(Module& model) {
+  std::vector<std::string> merged;
+  for (auto& [key, m] : model.named_modules())
+    if (auto* l = dynamic_cast<Linear*>(m); l && l->has_lora()) {
+      l->merge_lora();
+      merged.push_back(key);
+    }
+  return merged;
+}
+
 LoRALinear::LoRALinear(int64_t in_features, int64_t out_features, LoRAOptions o)
     : in_(in_features), out_(out_features), r_(o.r), scale_(0), dropout_(o.dropout) {
   if (in_features < 1 || out_features < 1)

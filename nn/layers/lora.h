@@ -5,19 +5,34 @@
 // The base slots keep Linear's keys ("weight", "bias"), so a checkpoint of the plain model loads
 // into one with LoRALinear layers in place of Linear (update with Verify::all & ~Verify::missing),
 // and the adapter is exactly trainable_parameters(): "lora_a" and "lora_b".
+#include <string>
+#include <vector>
+
 #include "kiln/nn/layers/linear.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::nn {
 
-struct LoRAOptions {
-  int64_t r = 8;         // rank
-  double alpha = 16.0;   // scale = alpha / r
-  double dropout = 0.0;  // on the adapter's input, in training mode only
-  bool bias = true;      // base bias (ignored when built from a Linear: its bias is kept or absent)
-  Dtype dtype = float32;
+/// Which Linear layers of a model get adapters, and their shape: PEFT's LoraConfig.
+struct LoRAConfig {
+  int64_t r = 8;
+  double alpha = 16.0;
+  double dropout = 0.0;
+  /// Module names: a Linear whose key is one of them or ends with "." and one of them
+  /// ("q_proj" adapts model.layers.0.self_attn.q_proj).
+  std::vector<std::string> target_modules = {"q_proj", "v_proj"};
   Array key = Array();  // initialization key; random::next_key() when empty
 };
+
+/// Adds a LoRA adapter (Linear::add_lora) to every nn::Linear that config.target_modules names and
+/// freezes every other parameter, so that the adapters alone train (PEFT's get_peft_model).
+/// Returns the adapted modules' keys in model order. Throws ValueError, naming the targets and the
+/// model's Linear layers, when no Linear matches a target (the model is unchanged then), and what
+/// Linear::add_lora throws.
+std::vector<std::string> add_lora(Module& model, const LoRAConfig& config);
+/// Folds every adapter into its weight (Linear::merge_lora): the model is plain again, with the
+/// keys it had before add_lora. Frozen parameters stay frozen. Returns the merged modules' keys.
+std::vector<std::string> merge_lora(Module& model);
 
 class LoRALinear : public Module {
  public:

@@ -11,6 +11,13 @@ in PyTorch, written from transformers' modeling code, and Hub-style folders for 
                                        checks its output against OUT/<variant>/reference.safetensors;
                                        exits 1 on a mismatch
 
+  hf_reference.py --peft-check VARIANT BASE ADAPTER OUTPUTS
+                                       checks ADAPTER (as kiln saved it) against PEFT's layout
+                                       (adapter_config.json fields, base_model.model.*.lora_A/B keys
+                                       naming modules of BASE), merges it into BASE's weights as
+                                       PEFT does and checks the reference output against OUTPUTS's
+                                       (kiln's, with the adapter); exits 1 on a mismatch
+
 reference.safetensors holds the inputs (input_ids, and attention_mask / token_type_ids for BERT)
 and the float64 reference output ("logits", or "last_hidden_state" and "pooler_output").
 The models are random and small; weights are drawn with a fixed seed at a scale that gives
@@ -409,7 +416,52 @@ def check(name, folder, ref_path):
     return 0
 
 
+def peft_check(name, base, adapter, outputs):
+    base, adapter = Path(base), Path(adapter)
+    c = json.loads((base / "config.json").read_text())
+    w = {k: v.double() for k, v in load_st(base / "model.safetensors").items()}
+    cfg = json.loads((adapter / "adapter_config.json").read_text())
+    task = {"bert": "FEATURE_EXTRACTION", "bert_cls": "SEQ_CLS"}.get(name, "CAUSAL_LM")
+    want = {"peft_type": "LORA", "bias": "none", "task_type": task, "fan_in_fan_out": c["model_type"] == "gpt2",
+            "use_dora": False, "use_rslora": False}
+    for k, v in want.items():
+        if cfg.get(k) != v:
+            print(f"adapter_config.json: {k} is {cfg.get(k)!r}, PEFT's layout needs {v!r}")
+            return 1
+    scale = cfg["lora_alpha"] / cfg["r"]
+    factors = load_st(adapter / "adapter_model.safetensors")
+    modules = {}
+    for k, v in factors.items():
+        prefix = "base_model.model."
+        if not k.startswith(prefix) or not (k.endswith(".lora_A.weight") or k.endswith(".lora_B.weight")):
+            print(f"{k}: not a PEFT LoRA key")
+            return 1
+        module, factor = k[len(prefix):-len(".lora_A.weight")], k[-len("lora_A.weight"):-len(".weight")]
+        if module.split(".")[-1] not in cfg["target_modules"] or module + ".weight" not in w:
+            print(f"{k}: names no targeted module of the base model")
+            return 1
+        modules.setdefault(module, {})[factor] = v.double()
+    for module, f in modules.items():
+        a, b = f["lora_A"], f["lora_B"]
+        if a.shape[0] != cfg["r"] or b.shape[1] != cfg["r"]:
+            print(f"{module}: factors {tuple(a.shape)} and {tuple(b.shape)} for r {cfg['r']}")
+            return 1
+        delta = scale * (b @ a)
+        w[module + ".weight"] = w[module + ".weight"] + (delta.T if cfg["fan_in_fan_out"] else delta)
+    ref = load_st(outputs)
+    inputs = {k: v for k, v in ref.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+    for k, v in run(c, w, inputs).items():
+        err = (v - ref[k].double()).abs().max().item()
+        if err > 1e-4:
+            print(f"{name}: {k}: max difference {err} between kiln with the adapter and PEFT's merge")
+            return 1
+    print(f"{name}: {len(modules)} adapted modules ok")
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 6 and sys.argv[1] == "--peft-check":
+        sys.exit(peft_check(*sys.argv[2:]))
     if len(sys.argv) >= 5 and sys.argv[1] == "--check":
         saved, out = Path(sys.argv[2]), Path(sys.argv[3])
         sys.exit(max(check(v, saved / v, out / v / "reference.safetensors") for v in sys.argv[4:]))

@@ -24,6 +24,7 @@ namespace {
 
 using models::HfConfig;
 using models::LoadOptions;
+using test::max_abs_diff;
 
 const std::vector<std::string> kCausalVariants = {"gpt2",   "gpt2_untied", "llama",
                                                   "llama3", "mistral",     "qwen2"};
@@ -31,14 +32,6 @@ const std::vector<std::string> kCausalVariants = {"gpt2",   "gpt2_untied", "llam
 double max_abs(const Array& a) {
   double m = 0;
   for (double v : test::values(a)) m = std::max(m, std::abs(v));
-  return m;
-}
-
-double max_abs_diff(const Array& a, const Array& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  const auto x = test::values(a), y = test::values(b);
-  double m = 0;
-  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) m = std::max(m, std::abs(x[i] - y[i]));
   return m;
 }
 

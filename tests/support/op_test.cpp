@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -20,6 +21,14 @@ Array random_array(const Shape& shape, Dtype dtype, uint64_t seed, double lo, do
 }
 
 std::vector<double> values(const Array& a) { return a.to_vector<double>(); }
+
+double max_abs_diff(const Array& a, const Array& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  const auto x = values(a), y = values(b);
+  double m = 0;
+  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+  return m;
+}
 
 Tolerance tolerance(Dtype dtype) {
   switch (dtype) {

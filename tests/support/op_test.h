@@ -16,6 +16,8 @@ std::vector<double> random_values(int64_t n, uint64_t seed, double lo = -1.0, do
 Array random_array(const Shape& shape, Dtype dtype, uint64_t seed, double lo = -1.0, double hi = 1.0);
 /// Values of `a` as doubles in row-major order.
 std::vector<double> values(const Array& a);
+/// max |a - b| over the elements (shapes must be equal: a failure otherwise).
+double max_abs_diff(const Array& a, const Array& b);
 
 /// Default tolerances for comparing a result of `dtype` against a float64 reference.
 struct Tolerance {
