@@ -91,14 +91,14 @@ void Module::register_child(std::string_view key, Module* child) {
 std::vector<std::pair<std::string, Module*>> Module::children() {
   std::vector<std::pair<std::string, Module*>> out;
   for (const Slot& s : slots_)
-    if (s.child) out.emplace_back(s.key, s.child);
+    if (s.child && s.child->present()) out.emplace_back(s.key, s.child);
   return out;
 }
 
 std::vector<std::pair<std::string, const Module*>> Module::children() const {
   std::vector<std::pair<std::string, const Module*>> out;
   for (const Slot& s : slots_)
-    if (s.child) out.emplace_back(s.key, s.child);
+    if (s.child && s.child->present()) out.emplace_back(s.key, s.child);
   return out;
 }
 

@@ -116,6 +116,10 @@ class Module {
   /// The direct children, by their key.
   std::vector<std::pair<std::string, Module*>> children();
   std::vector<std::pair<std::string, const Module*>> children() const;
+  /// False for a child that stands empty (a Linear's LoRA factors without an adapter): it is left
+  /// out of children(), named_modules() and apply(), as an empty parameter slot is left out of
+  /// parameters().
+  virtual bool present() const { return true; }
   /// Calls fn(key, module) on every descendant and then this module ("" as its key): children
   /// before parents, as PyTorch's Module.apply.
   void apply(const std::function<void(const std::string& key, Module& module)>& fn);

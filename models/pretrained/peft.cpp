@@ -1,5 +1,6 @@
 #include "kiln/models/pretrained/peft.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -46,9 +47,12 @@ void save_peft_adapter(const nn::Module& model, const std::filesystem::path& dir
   nn::ParamTree tensors;
   int64_t rank = 0;
   double scale = 0;
+  std::vector<std::string> targets;  // the adapted modules' names, as PEFT's target_modules
   for (const auto& [key, m] : model.named_modules()) {
     const auto* l = dynamic_cast<const nn::Linear*>(m);
     if (!l || !l->has_lora()) continue;
+    const std::string name = key.substr(key.rfind('.') + 1);
+    if (std::find(targets.begin(), targets.end(), name) == targets.end()) targets.push_back(name);
     const int64_t r = l->lora_A->weight.value().shape(0);
     if (rank != 0 && (r != rank || l->lora_scale() != scale))
       throw ValueError::of(kSave, "PEFT's file holds one rank and alpha; the adapters differ",
@@ -75,7 +79,7 @@ void save_peft_adapter(const nn::Module& model, const std::filesystem::path& dir
   // alpha from the adapters themselves: scale = alpha / r.
   out.set("lora_alpha", scale * static_cast<double>(rank));
   out.set("lora_dropout", c.lora.dropout);
-  out.set("target_modules", c.lora.target_modules);
+  out.set("target_modules", targets);
   out.set("fan_in_fan_out", c.fan_in_fan_out);
   out.set("bias", "none");
   out.set("inference_mode", true);

@@ -46,6 +46,8 @@ void Linear::add_lora(const LoRAOptions& o) {
   lora_B->weight.reset(zeros({out_, o.r}, t));
   lora_scale_ = o.alpha / static_cast<double>(o.r);
   lora_dropout_ = o.dropout;
+  lora_A->unfreeze();  // a factor of an earlier adapter may have been frozen
+  lora_B->unfreeze();
 }
 
 void Linear::merge_lora() {

@@ -28,6 +28,7 @@ struct LoRAOptions {
 /// One factor of a LoRA adapter: a bias-free projection's weight, as PEFT stores lora_A and lora_B.
 class LoRAFactor : public Module {
  public:
+  bool present() const override { return weight.has_value(); }
   ParameterInfo weight{this, "weight"};
 };
 

@@ -175,8 +175,10 @@ TEST(LinearLoRA, AdapterMatchesTheLowRankFormulaAndMerges) {
   nn::Linear l(6, 5, {.key = random::key(1)});
   const Array x = test::random_array({3, 6}, float32, 2);
   const Array plain = l(x);
+  EXPECT_TRUE(l.children().empty());  // the factors are listed only with an adapter
   l.add_lora({.r = 2, .alpha = 6, .key = random::key(4)});
   EXPECT_TRUE(l.has_lora());
+  EXPECT_EQ(l.children().size(), 2u);
   EXPECT_EQ(l.lora_scale(), 3.0);
   EXPECT_EQ(max_abs_diff(l(x), plain), 0.0);  // B starts at zero
   l.lora_B->weight.set(test::random_array({5, 2}, float32, 5));
@@ -187,6 +189,7 @@ TEST(LinearLoRA, AdapterMatchesTheLowRankFormulaAndMerges) {
             (std::vector<std::string>{"weight", "bias", "lora_A.weight", "lora_B.weight"}));
   l.merge_lora();
   EXPECT_FALSE(l.has_lora());
+  EXPECT_TRUE(l.children().empty());
   EXPECT_EQ(l.parameters().keys(), (std::vector<std::string>{"weight", "bias"}));
   EXPECT_LT(max_abs_diff(l(x), expected), 1e-5);
   EXPECT_THROW(l.add_lora({.r = 0}), ValueError);
