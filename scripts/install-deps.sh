@@ -17,6 +17,7 @@ base_packages=(
   python3-torch python3-h5py python3-numpy
   libvulkan-dev glslang-tools glslang-dev mesa-vulkan-drivers
   libopenmpi-dev openmpi-bin
+  libpcre2-dev libutf8proc-dev libsentencepiece-dev python3-sentencepiece
 )
 # The peers of the benchmarks (python3-torch) are base packages: the PyTorch export test needs them.
 bench_packages=()

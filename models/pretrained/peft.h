@@ -31,8 +31,9 @@ struct PeftLoRAConfig {
 /// Writes `dir`/adapter_model.safetensors (every adapter of the model, in PEFT's key names) and
 /// `dir`/adapter_config.json (peft_type LORA; r, lora_alpha and target_modules, the adapted
 /// modules' names, from the adapters themselves; lora_dropout, the base model's name, task_type
-/// and fan_in_fan_out from `config`, the last two from the model's class when unset). Throws ValueError when the model has no adapter or its adapters
-/// differ in rank or scale; RuntimeError naming the path when writing fails.
+/// and fan_in_fan_out from `config`, the last two from the model's class when unset). Throws ValueError when
+/// the model has no adapter or its adapters differ in rank or scale; RuntimeError naming the path when
+/// writing fails.
 void save_peft_adapter(const nn::Module& model, const std::filesystem::path& dir,
                        const PeftLoRAConfig& config = {});
 
