@@ -41,11 +41,12 @@ void PretrainedModel::load_checkpoint(const nn::ParamTree& tensors) {
   for (const auto& [key, value] : placed)
     tree.set(key, is_floating(value.dtype()) && value.dtype() != t ? astype(value, t) : value);
   const std::vector<std::string> optional = optional_keys();
-  for (const auto& [key, value] : parameters()) {
+  for (const auto& item : parameters()) {
+    const std::string& key = item.first;  // named: clang's C++20 does not capture structured bindings
     if (tree.contains(key)) continue;
     if (std::any_of(optional.begin(), optional.end(),
                     [&](const std::string& p) { return starts_with(key, p); })) {
-      tree.set(key, value);
+      tree.set(key, item.second);
       report.initialized.push_back(key);
     }
   }
