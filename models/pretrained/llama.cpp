@@ -187,7 +187,8 @@ LlamaForCausalLM::LlamaForCausalLM(LlamaConfig c)
       config_(std::move(c)) {
   if (config_.tie_word_embeddings) lm_head->weight.reset(Array());
   const std::vector<float> f = rotary_frequencies(config_);
-  inv_freq_.assign(f.begin(), f.end());
+  inv_freq_ = Array(f, {1, static_cast<int64_t>(f.size())});
+  inv_freq_.eval();  // read by every call (and thread) from now on
 }
 
 std::unique_ptr<LlamaForCausalLM> LlamaForCausalLM::from_pretrained(const std::filesystem::path& dir,
@@ -289,7 +290,7 @@ Array LlamaForCausalLM::run(const Array& tokens, GptCache* cache, const Array& a
   if (attention_mask.valid()) padded = detail::padded_positions(kName, attention_mask, b, offset, t);
   // cos and sin of position * frequency, each frequency twice (the rotate-half layout): (T, D), or
   // (B, 1, T, D) with per-row positions.
-  const Array inv_freq = Array(std::vector<double>(inv_freq_), {1, d / 2}, float32);
+  const Array& inv_freq = inv_freq_;
   const Array freqs =
       padded.positions.valid()
           ? reshape(astype(padded.positions, float32), {b, 1, t, 1}) * reshape(inv_freq, {1, 1, 1, d / 2})

@@ -123,7 +123,7 @@ class LlamaForCausalLM : public CausalLM {
   Array run(const Array& tokens, GptCache* cache, const Array& attention_mask) const;
 
   LlamaConfig config_;
-  std::vector<double> inv_freq_;  // head_dim / 2 rotary frequencies, scaled
+  Array inv_freq_;  // (1, head_dim / 2) float32 rotary frequencies, scaled; evaluated once, shared
 };
 
 }  // namespace kiln::models
