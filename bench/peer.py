@@ -19,20 +19,25 @@ def median_ms(fn, repeats, warmup=5):
     return statistics.median(samples)
 
 
-def kiln_medians(build, program, threads, prefix):
-    """Runs build/bench/<program> on `threads` threads; returns {benchmark name without prefix: median ms}."""
+def kiln_medians(build, program, threads, prefix, repetitions=5, keep_arg=False):
+    """Runs build/bench/<program> on `threads` threads; returns {benchmark name without prefix: median ms}
+    (with keep_arg, a benchmark's first argument stays in its name: "decode/256")."""
     exe = os.path.join(build, "bench", program)
     if not os.path.exists(exe):
         sys.exit(f"{exe} not found: build with `make bench` (or -DKILN_BENCH=ON) first")
     env = dict(os.environ, KILN_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     res = subprocess.run(
-        [exe, "--benchmark_format=json", "--benchmark_repetitions=5", "--benchmark_report_aggregates_only=true"],
+        [exe, "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",
+         "--benchmark_report_aggregates_only=true"],
         env=env, check=True, capture_output=True, text=True,
     )
     out = {}
     for b in json.loads(res.stdout)["benchmarks"]:
         if b.get("aggregate_name") == "median":
-            name = b["run_name"].split("/")[0].replace(prefix, "")
+            parts = b["run_name"].split("/")
+            name = parts[0].replace(prefix, "")
+            if keep_arg and len(parts) > 1 and parts[1].isdigit():
+                name += "/" + parts[1]
             scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
             out[name] = b["real_time"] * scale
     return out

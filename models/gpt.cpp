@@ -172,7 +172,7 @@ void Gpt::check_tokens(const Array& tokens, int64_t offset) const {
                          config_.context);
 }
 
-Array Gpt::attention(const GptAttention& attn, const Array& x, int64_t offset, nn::KVCache::Entry* entry,
+Array Gpt::attention(const GptAttention& attn, const Array& x, int64_t offset, GptCache* cache, size_t layer,
                      bool training, const Array& hidden_keys) const {
   const int64_t b = x.shape(0), t = x.shape(1), heads = config_.heads, d = head_dim();
   const double p = training ? config_.dropout : 0.0;
@@ -184,13 +184,10 @@ Array Gpt::attention(const GptAttention& attn, const Array& x, int64_t offset, n
     q = (*rope_)(q, offset);
     k = (*rope_)(k, offset);
   }
-  if (entry) {
-    if (entry->keys.valid()) {
-      k = concatenate({entry->keys, k}, 2);
-      v = concatenate({entry->values, v}, 2);
-    }
-    entry->keys = k;
-    entry->values = v;
+  if (cache) {
+    const nn::KVCache::Entry seen = cache->append(layer, k, v, config_.context);
+    k = seen.keys;
+    v = seen.values;
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   if (p == 0) {
@@ -232,26 +229,16 @@ Array Gpt::hidden(const Array& tokens, GptCache* cache, bool training, const Arr
     x = x + (padded.positions.valid() ? take(wpe->weight.value(), padded.positions, 0)
                                       : slice(wpe->weight.value(), {Slice{offset, offset + t}}));
   if (p > 0) x = nn::dropout(x, p);
-  std::vector<nn::KVCache::Entry> entries;
-  if (cache) {
-    entries = cache->layers_;
-    entries.resize(h.size());
-  }
   for (size_t i = 0; i < h.size(); ++i) {
     const GptBlock& block = h[i];
-    x = x +
-        attention(*block.attn, block.ln_1(x), offset, cache ? &entries[i] : nullptr, training, padded.hidden);
+    x = x + attention(*block.attn, block.ln_1(x), offset, cache, i, training, padded.hidden);
     const Array hidden_ff = block.mlp->c_fc(block.ln_2(x));
     Array m = block.mlp->c_proj(config_.activation == GptActivation::gelu_tanh ? nn::gelu_tanh(hidden_ff)
                                                                                : nn::gelu(hidden_ff));
     x = x + (p > 0 ? nn::dropout(m, p) : m);
   }
   x = ln_f(x);
-  if (cache) {
-    cache->layers_ = std::move(entries);
-    cache->length_ = offset + t;
-    cache->batch_ = b;
-  }
+  if (cache) cache->commit(t, b);
   return x;
 }
 
@@ -298,11 +285,8 @@ Array Gpt::generate(const Array& prompt, int64_t max_new_tokens, const SamplingO
     input = reshape(sample_tokens(last, step), {b, 1});
     pieces.push_back(input);
     // One evaluation per token keeps the graph (and the cache's) from growing with the sequence.
-    std::vector<Array> ready{input};
-    for (const auto& e : cache.layers()) {
-      ready.push_back(e.keys);
-      ready.push_back(e.values);
-    }
+    std::vector<Array> ready = cache.storage();
+    ready.push_back(input);
     eval(ready);
   }
   const Array out = concatenate(pieces, 1);

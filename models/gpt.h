@@ -84,28 +84,47 @@ class GptBlock : public nn::Module {
 /// decoding. This is per-request mutable state: one cache per sequence batch, never shared by
 /// concurrent calls (hold it in a kiln::Exclusive<GptCache> when serving from several threads;
 /// the model itself is const and may be shared). Copying copies Array handles, not data.
+///
+/// Each layer's keys and values live in storage of `capacity()` positions that a step writes in
+/// place (slice_update, which donates the buffer on the CPU and the GPU when nothing else holds
+/// it): a decode step costs the same at position 10 and at position 1000. The storage starts at
+/// the first step's length (at least kMinCapacity) and doubles when full, up to the model's
+/// position limit, so n steps copy O(n) positions in all. Evaluate storage() with each step's
+/// output (models::generate does); a storage array that an unevaluated graph still reads is
+/// copied instead, which is correct but no longer in place.
 class GptCache {
  public:
+  /// The smallest storage, in positions.
+  static constexpr int64_t kMinCapacity = 64;
+
   /// Positions cached so far (0 for a new cache).
   int64_t length() const { return length_; }
   /// The batch size the cache was started with (0 while empty).
   int64_t batch() const { return batch_; }
   bool empty() const { return length_ == 0; }
-  /// Forgets every position.
+  /// Positions the storage holds before it grows (0 while nothing was appended).
+  int64_t capacity() const;
+  /// Forgets every position (and the storage).
   void clear() { *this = GptCache(); }
-  /// Replaces the whole state (for models other than Gpt that keep their keys and values in a
-  /// GptCache, e.g. models::LlamaForCausalLM): `layers` hold `length` positions of `batch` rows.
-  void assign(std::vector<nn::KVCache::Entry> layers, int64_t length, int64_t batch) {
-    layers_ = std::move(layers);
-    length_ = length;
-    batch_ = batch;
-  }
-  /// keys and values of each layer, (B, heads, length, head_dim); RoPE is already applied to keys.
-  const std::vector<nn::KVCache::Entry>& layers() const { return layers_; }
+  /// Keys and values of each layer, (B, kv heads, length, head_dim), RoPE already applied to the
+  /// keys: views of the storage.
+  std::vector<nn::KVCache::Entry> layers() const;
+  /// The arrays holding the keys and values, two per layer, (B, kv heads, capacity, head_dim).
+  std::vector<Array> storage() const;
+
+  /// For the models that keep their keys and values here (models::Gpt, models::LlamaForCausalLM):
+  /// writes layer `layer`'s `keys` and `values` (B, H, t, D) at positions length()..length()+t-1,
+  /// growing its storage (to at most max(limit, length() + t) positions; limit 0: no limit) when
+  /// full, and returns views of positions 0..length()+t-1. The new positions count once commit(t,
+  /// B) is called after every layer's append: a forward that throws half-way leaves the cache as
+  /// it was. Throws ShapeError when keys and values are not 4-d of one shape, or their batch,
+  /// heads or head_dim differ from what the layer holds.
+  nn::KVCache::Entry append(size_t layer, const Array& keys, const Array& values, int64_t limit);
+  /// Counts the `t` positions each layer's append wrote; `batch` is the rows they hold.
+  void commit(int64_t t, int64_t batch);
 
  private:
-  friend class Gpt;
-  std::vector<nn::KVCache::Entry> layers_;
+  std::vector<nn::KVCache::Entry> storage_;  // (B, H, capacity, D) per layer
   int64_t length_ = 0, batch_ = 0;
 };
 
@@ -174,7 +193,7 @@ class Gpt : public nn::Module {
   Array hidden(const Array& tokens, GptCache* cache, bool training,
                const Array& attention_mask = Array()) const;
   Array logits(const Array& hidden) const;
-  Array attention(const GptAttention& attn, const Array& x, int64_t offset, nn::KVCache::Entry* entry,
+  Array attention(const GptAttention& attn, const Array& x, int64_t offset, GptCache* cache, size_t layer,
                   bool training, const Array& hidden_keys) const;
   void check_tokens(const Array& tokens, int64_t offset) const;
 

@@ -133,8 +133,7 @@ class SliceUpdate final : public PrimitiveWithParams<SliceUpdate> {
     char* dst = static_cast<char*>(o.raw_data()) + offset * o.itemsize();
     copy_strided(u.raw_data(), u.dtype(), u.strides(), dst, o.dtype(), st, u.shape());
   }
-  // A copy of the array and then of the update into its slice; no in-place donation on the GPU
-  // (Array::donate_from takes host buffers only).
+  // In place on the GPU too when nobody else can see `a` (the facade donates its device buffer).
   void eval_gpu(std::span<const Array> in, std::span<Array> out) const override {
     gpu::slice_update(in[0], in[1], starts_, steps_, out[0]);
   }

@@ -122,11 +122,8 @@ GenerateResult generate(const CausalLM& model, const std::vector<std::vector<int
     const Array logits = model.forward(input, cache, attention);
     const int64_t t = logits.shape(1);
     const Array last = astype(reshape(slice(logits, {Slice{}, Slice{t - 1, t}}), {b, vocab}), float32);
-    std::vector<Array> ready{last};
-    for (const auto& e : cache.layers()) {
-      ready.push_back(e.keys);
-      ready.push_back(e.values);
-    }
+    std::vector<Array> ready = cache.storage();
+    ready.push_back(last);
     eval(ready);  // one evaluation per token: the graph and the cache's stay flat
     const std::vector<float> host = last.to_vector<float>();
     std::vector<float> draws;

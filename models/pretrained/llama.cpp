@@ -309,11 +309,6 @@ Array LlamaForCausalLM::run(const Array& tokens, GptCache* cache, const Array& a
     hidden = hidden.valid() ? logical_or(hidden, window) : window;
   }
 
-  std::vector<nn::KVCache::Entry> entries;
-  if (cache) {
-    entries = cache->layers();
-    entries.resize(model->layers.size());
-  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   for (size_t i = 0; i < model->layers.size(); ++i) {
     const LlamaDecoderLayer& layer = model->layers[i];
@@ -322,12 +317,10 @@ Array LlamaForCausalLM::run(const Array& tokens, GptCache* cache, const Array& a
     const Array q = rotary(detail::split_heads(a.q_proj(h), heads));
     Array k = rotary(detail::split_heads(a.k_proj(h), kv_heads));
     Array v = detail::split_heads(a.v_proj(h), kv_heads);
-    if (cache) {
-      if (entries[i].keys.valid()) {
-        k = concatenate({entries[i].keys, k}, 2);
-        v = concatenate({entries[i].values, v}, 2);
-      }
-      entries[i] = {k, v};  // the cache holds the kv heads once, not repeated
+    if (cache) {  // the cache holds the kv heads once, not repeated
+      const nn::KVCache::Entry seen = cache->append(i, k, v, c.max_position_embeddings);
+      k = seen.keys;
+      v = seen.values;
     }
     if (kv_heads != heads) {
       const int rep = static_cast<int>(heads / kv_heads);
@@ -341,7 +334,7 @@ Array LlamaForCausalLM::run(const Array& tokens, GptCache* cache, const Array& a
     x = x + m.down_proj(nn::silu(m.gate_proj(g)) * m.up_proj(g));
   }
   x = model->norm(x);
-  if (cache) cache->assign(std::move(entries), len, b);
+  if (cache) cache->commit(t, b);
   return c.tie_word_embeddings ? linear(x, model->embed_tokens->weight.value()) : lm_head(x);
 }
 

@@ -184,6 +184,57 @@ TEST(Gpt, CacheLivesInAnExclusive) {
   expect_close(logits, model(x), 1e-5, 1e-5);
 }
 
+// The storage of a decode loop that evaluates it each step (as models::generate does) is written
+// in place: the same buffer step after step until it is full, then one of twice the positions.
+TEST(Gpt, CacheStorageIsWrittenInPlaceAndDoublesWhenFull) {
+  GptConfig c = tiny(GptPositions::learned, 4);
+  c.context = 100;
+  Gpt model(c);
+  const Array x = tokens({2, 72}, 21);
+  GptCache cache;
+  std::vector<Array> steps{model.forward(positions(x, 0, 4), cache)};
+  auto evaluated = [&](const Array& logits) {
+    std::vector<Array> ready = cache.storage();
+    ready.push_back(logits);
+    eval(ready);
+    return logits;
+  };
+  evaluated(steps[0]);
+  ASSERT_EQ(cache.storage().size(), 4u);  // keys and values of 2 layers
+  EXPECT_EQ(cache.capacity(), GptCache::kMinCapacity);
+  EXPECT_EQ(cache.storage()[0].shape(), (Shape{2, 2, 64, 8}));
+  const detail::Buffer* first = cache.storage()[0].node().buffer.get();
+  for (int64_t t = 4; t < 72; ++t) {
+    const int64_t capacity = cache.capacity();
+    const detail::Buffer* before = cache.storage()[3].node().buffer.get();
+    steps.push_back(evaluated(model.forward(positions(x, t, t + 1), cache)));
+    if (t + 1 <= capacity) {
+      EXPECT_EQ(cache.storage()[3].node().buffer.get(), before) << "a copy at position " << t;
+    }
+  }
+  EXPECT_EQ(cache.capacity(), 100);  // 2 * 64, capped at the context
+  EXPECT_NE(cache.storage()[0].node().buffer.get(), first);
+  EXPECT_EQ(cache.layers()[1].values.shape(), (Shape{2, 2, 72, 8}));
+  expect_close(concatenate(steps, 1), model(x), 1e-5, 1e-5);
+}
+
+TEST(Gpt, CacheAppendChecksItsArguments) {
+  GptCache cache;
+  const Array k = random::normal({1, 2, 3, 4}, random::key(1));
+  EXPECT_THROW(cache.append(0, k, reshape(k, {1, 2, 4, 3}), 0), ShapeError);
+  EXPECT_THROW(cache.append(0, reshape(k, {2, 3, 4}), reshape(k, {2, 3, 4}), 0), ShapeError);
+  EXPECT_THROW(cache.append(0, Array(), k, 0), ValueError);
+  const auto seen = cache.append(0, k, k, 0);
+  EXPECT_EQ(seen.keys.shape(), (Shape{1, 2, 3, 4}));
+  EXPECT_EQ(cache.length(), 0);  // until commit
+  cache.commit(3, 1);
+  EXPECT_EQ(cache.length(), 3);
+  expect_close(cache.layers()[0].keys, k, 0, 0);
+  const Array other_heads = random::normal({1, 3, 1, 4}, random::key(2));
+  EXPECT_THROW(cache.append(0, other_heads, other_heads, 0), ShapeError);
+  EXPECT_EQ(cache.layers()[0].keys.shape(2), 3);
+}
+
 TEST(Gpt, GreedyGenerationIsTheArgmaxOfTheFullForward) {
   for (GptPositions p : {GptPositions::learned, GptPositions::rope}) {
     Gpt model(tiny(p, 3));

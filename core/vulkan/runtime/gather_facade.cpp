@@ -218,12 +218,42 @@ void pad(const Array& x, const Array& value, const Shape& low, Array& out) {
   vk::record_move(r, vk::array_view(x), inner);
 }
 
+namespace {
+
+// Gives `out` the device buffer of `x` when nothing else can see x's values: the node only in the
+// consumer's input list, its Buffer only in the node, the device memory only in the Buffer and
+// in this thread's recording (no other thread's recording or pending submit reads it), and no host
+// copy that would go stale. The GPU twin of Array::donate_from, which takes host buffers only. A
+// captured program replays its bindings, so nothing is donated while capturing.
+bool donate_device_buffer(vk::Recorder& r, const Array& x, Array& out) {
+  if (r.mode() != vk::Recorder::Mode::submit || x.node_ptr().use_count() != 1) return false;
+  const detail::ArrayNode& n = x.node();
+  if (n.tracer || !n.row_contiguous || n.offset != 0 || n.dtype != out.dtype() || n.size != out.size())
+    return false;
+  const std::shared_ptr<detail::Buffer>& b = n.buffer;
+  if (!b || b.use_count() != 1 || b->external() || b->on_host() || !b->on_device()) return false;
+  const vk::BufferPtr& device = b->device();
+  if (static_cast<size_t>(device.use_count()) != 1 + r.references(device)) return false;
+  // Threads that read x and then let go of it: an acq_rel increment of the counts orders this
+  // write after their reads (as Array::donate_from does).
+  const std::shared_ptr<detail::ArrayNode> node = x.node_ptr();
+  const std::shared_ptr<detail::Buffer> buffer = b;
+  detail::set_buffer(out, buffer);
+  r.forget_dense_copies(device->id());
+  return true;
+}
+
+}  // namespace
+
+// In place when x's buffer can be donated (a KV cache written one position per step, linear
+// instead of quadratic); otherwise a copy of x and then of the update into its slice.
 void slice_update(const Array& x, const Array& update, const Shape& starts, const Shape& steps, Array& out) {
-  allocate(out);
-  if (out.size() == 0) return;
   vk::Recorder& r = vk::thread_recorder();
+  const bool in_place = out.size() != 0 && donate_device_buffer(r, x, out);
+  if (!in_place) allocate(out);
+  if (out.size() == 0) return;
   const vk::GpuView whole = vk::array_out_view(out, out.shape());
-  vk::record_move(r, vk::array_view(x), whole);
+  if (!in_place) vk::record_move(r, vk::array_view(x), whole);
   if (update.size() == 0) return;
   vk::GpuView part = whole;
   part.shape = update.shape();

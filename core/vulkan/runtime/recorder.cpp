@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "kiln/core/error.h"
@@ -100,6 +101,15 @@ const BufferPtr* Recorder::find_dense_copy(std::string_view key) const {
 
 void Recorder::remember_dense_copy(std::string key, BufferPtr dense) {
   dense_copies_.emplace_back(std::move(key), std::move(dense));
+}
+
+void Recorder::forget_dense_copies(uint64_t id) {
+  const std::string prefix = std::to_string(id) + ' ';
+  std::erase_if(dense_copies_, [&](const auto& entry) { return entry.first.starts_with(prefix); });
+}
+
+size_t Recorder::references(const BufferPtr& buffer) const {
+  return static_cast<size_t>(std::ranges::count(keep_alive_, buffer));
 }
 
 VkQueryPool Recorder::timestamp_pool() {

@@ -166,6 +166,12 @@ class Recorder {
   /// Forgotten when the recording ends.
   const BufferPtr* find_dense_copy(std::string_view key) const;
   void remember_dense_copy(std::string key, BufferPtr dense);
+  /// Forgets the dense copies of views of buffer `id` (their keys start with it): an op is about to
+  /// write that buffer in place (a donated slice_update), so copies made earlier are stale.
+  void forget_dense_copies(uint64_t id);
+  /// How many references to `buffer` this recording holds (one per dispatch or copy that bound
+  /// it): with the owner's own, they are all the references when no other work can touch it.
+  size_t references(const BufferPtr& buffer) const;
   /// Chunks handed to the queue before the end of the recording (for tests).
   size_t early_submits() const { return early_submits_; }
 
