@@ -58,7 +58,7 @@ struct Settings {
   double lr = 2e-4, weight_decay = 0.0, clip = 1.0, val_fraction = 0.1;
   int64_t eval_every = 50, ckpt_every = 50;
   uint64_t seed = 0;
-  bool resume = false, merge = false;
+  bool resume = false, merge = false, gradient_checkpointing = true;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -229,9 +229,10 @@ int run(const Settings& s) {
   kiln::random::seed(s.seed);  // the dropout masks' keys
   fmt::print("{}: {} tokens, {} training windows of {}, {} for validation\n", s.data, tokens.size(),
              train_windows, s.context, val_windows);
-  fmt::print("{} ({}): {} parameters, {} trainable (LoRA r {} on {})\n", s.model, lm->model_type(),
-             nn::num_elements(lm->parameters()), nn::num_elements(lm->trainable_parameters()), peft.lora.r,
-             fmt::join(peft.lora.target_modules, ","));
+  fmt::print("{} ({}): {} parameters, {} trainable (LoRA r {} on {}), gradient checkpointing {}\n", s.model,
+             lm->model_type(), nn::num_elements(lm->parameters()),
+             nn::num_elements(lm->trainable_parameters()), peft.lora.r,
+             fmt::join(peft.lora.target_modules, ","), s.gradient_checkpointing ? "on" : "off");
 
   optim::AdamW opt({.lr = schedule(s), .weight_decay = s.weight_decay});
   io::CheckpointManager checkpoints(s.out, {.keep_last = 2});
@@ -250,6 +251,7 @@ int run(const Settings& s) {
     return nn::cross_entropy(kiln::reshape(lm->forward(x), {-1, lm->vocab_size()}), kiln::reshape(y, {-1}));
   });
   lm->train(true);
+  lm->set_gradient_checkpointing(s.gradient_checkpointing);
   const auto start = std::chrono::steady_clock::now();
   const int64_t first_step = opt.step();
   double last_val = NAN;
@@ -350,6 +352,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", s.seed, "data order, adapter init, dropout")->capture_default_str();
   app.add_flag("--resume", s.resume, "continue from the newest checkpoint in --out");
+  app.add_flag("--gradient-checkpointing,!--no-gradient-checkpointing", s.gradient_checkpointing,
+               "recompute each decoder layer in the backward pass instead of keeping its activations")
+      ->capture_default_str();
   app.add_flag("--merge", s.merge, "also save <out>/merged: the adapters folded into a plain model folder");
   CLI11_PARSE(app, argc, argv);
   try {

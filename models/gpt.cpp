@@ -17,6 +17,7 @@
 #include "kiln/core/ops/ternary.h"
 #include "kiln/core/random.h"
 #include "kiln/nn/activations.h"
+#include "kiln/nn/checkpoint.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/layers/dropout.h"
 #include "pretrained/common_impl.h"
@@ -229,17 +230,36 @@ Array Gpt::hidden(const Array& tokens, GptCache* cache, bool training, const Arr
     x = x + (padded.positions.valid() ? take(wpe->weight.value(), padded.positions, 0)
                                       : slice(wpe->weight.value(), {Slice{offset, offset + t}}));
   if (p > 0) x = nn::dropout(x, p);
+  const bool recompute = gradient_checkpointing_ && training && !cache;
   for (size_t i = 0; i < h.size(); ++i) {
-    const GptBlock& block = h[i];
-    x = x + attention(*block.attn, block.ln_1(x), offset, cache, i, training, padded.hidden);
-    const Array hidden_ff = block.mlp->c_fc(block.ln_2(x));
-    Array m = block.mlp->c_proj(config_.activation == GptActivation::gelu_tanh ? nn::gelu_tanh(hidden_ff)
-                                                                               : nn::gelu(hidden_ff));
-    x = x + (p > 0 ? nn::dropout(m, p) : m);
+    if (!recompute) {
+      x = block(i, x, offset, cache, training, padded.hidden);
+      continue;
+    }
+    // The function outlives this call (the backward pass runs it): it holds values, not references.
+    // nn::checkpoint swaps traced values into the block's slots while it runs and puts them back.
+    auto& module = const_cast<GptBlock&>(h[i]);
+    x = nn::checkpoint(
+        module,
+        [this, i, offset, training, hidden = padded.hidden](const Array& in) {
+          return block(i, in, offset, nullptr, training, hidden);
+        },
+        x);
   }
   x = ln_f(x);
   if (cache) cache->commit(t, b);
   return x;
+}
+
+Array Gpt::block(size_t i, const Array& x, int64_t offset, GptCache* cache, bool training,
+                 const Array& hidden_keys) const {
+  const GptBlock& b = h[i];
+  const double p = training ? config_.dropout : 0.0;
+  const Array y = x + attention(*b.attn, b.ln_1(x), offset, cache, i, training, hidden_keys);
+  const Array hidden_ff = b.mlp->c_fc(b.ln_2(y));
+  const Array m = b.mlp->c_proj(config_.activation == GptActivation::gelu_tanh ? nn::gelu_tanh(hidden_ff)
+                                                                               : nn::gelu(hidden_ff));
+  return y + (p > 0 ? nn::dropout(m, p) : m);
 }
 
 Array Gpt::logits(const Array& hidden) const {

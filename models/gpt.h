@@ -179,6 +179,11 @@ class Gpt : public nn::Module {
   /// what sample_tokens throws for bad options, and what forward throws for a bad prompt.
   Array generate(const Array& prompt, int64_t max_new_tokens, const SamplingOptions& options = {}) const;
 
+  /// In training mode, forward(tokens) runs each block through nn::checkpoint: the backward pass
+  /// recomputes a block instead of keeping its activations (CausalLM::set_gradient_checkpointing).
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
+
   const GptConfig& config() const { return config_; }
   int64_t head_dim() const { return config_.d_model / config_.heads; }
   int64_t d_ff() const { return config_.d_ff.value_or(4 * config_.d_model); }
@@ -195,11 +200,15 @@ class Gpt : public nn::Module {
   Array logits(const Array& hidden) const;
   Array attention(const GptAttention& attn, const Array& x, int64_t offset, GptCache* cache, size_t layer,
                   bool training, const Array& hidden_keys) const;
+  // One block: x plus its attention and MLP branches.
+  Array block(size_t i, const Array& x, int64_t offset, GptCache* cache, bool training,
+              const Array& hidden_keys) const;
   void check_tokens(const Array& tokens, int64_t offset) const;
 
   GptConfig config_;
   std::optional<nn::RoPE> rope_;  // only with RoPE positions
   Array future_;                  // (context, context) bool, true where key position > query position
+  bool gradient_checkpointing_ = false;
 };
 
 }  // namespace kiln::models

@@ -43,6 +43,10 @@ class Gpt2LMHeadModel : public CausalLM {
   }
   int64_t vocab_size() const override { return config_.gpt.vocab_size; }
   int64_t max_positions() const override { return config_.gpt.context; }
+  void set_gradient_checkpointing(bool on) override {
+    CausalLM::set_gradient_checkpointing(on);
+    transformer->set_gradient_checkpointing(on);
+  }
 
   std::string model_type() const override { return "gpt2"; }
   HfConfig hf_config() const override;

@@ -12,6 +12,7 @@
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/ops/unary.h"
 #include "kiln/nn/activations.h"
+#include "kiln/nn/checkpoint.h"
 
 namespace kiln::models {
 
@@ -265,6 +266,45 @@ Array LlamaForCausalLM::forward(const Array& tokens, GptCache& cache, const Arra
   return run(tokens, &cache, attention_mask);
 }
 
+namespace {
+
+// What a decoder layer reads besides its weights, held by value: a checkpointed layer runs again
+// after forward has returned.
+struct LayerContext {
+  Array cos, sin;  // of position * frequency, (T, D) or (B, 1, T, D)
+  Array hidden;    // keys hidden from queries (padding, Mistral's window), or empty
+  int64_t heads, kv_heads, max_positions;
+  double scale, dropout;
+};
+
+// x plus the layer's attention and SwiGLU branches; writes the layer's keys and values into cache.
+Array decoder_layer(const LlamaDecoderLayer& layer, size_t i, const Array& x, const LayerContext& c,
+                    GptCache* cache) {
+  auto rotary = [&](const Array& a) { return a * c.cos + rotate_half(a) * c.sin; };
+  const LlamaAttention& a = *layer.self_attn;
+  const Array h = layer.input_layernorm(x);
+  const Array q = rotary(detail::split_heads(a.q_proj(h), c.heads));
+  Array k = rotary(detail::split_heads(a.k_proj(h), c.kv_heads));
+  Array v = detail::split_heads(a.v_proj(h), c.kv_heads);
+  if (cache) {  // the cache holds the kv heads once, not repeated
+    const nn::KVCache::Entry seen = cache->append(i, k, v, c.max_positions);
+    k = seen.keys;
+    v = seen.values;
+  }
+  if (c.kv_heads != c.heads) {
+    const int rep = static_cast<int>(c.heads / c.kv_heads);
+    k = repeat(k, rep, 1);
+    v = repeat(v, rep, 1);
+  }
+  const Array attn = detail::attend(q, k, v, c.scale, /*causal=*/true, c.hidden, c.dropout);
+  const Array y = x + a.o_proj(detail::merge_heads(attn));
+  const LlamaMlp& m = *layer.mlp;
+  const Array g = layer.post_attention_layernorm(y);
+  return y + m.down_proj(nn::silu(m.gate_proj(g)) * m.up_proj(g));
+}
+
+}  // namespace
+
 Array LlamaForCausalLM::run(const Array& tokens, GptCache* cache, const Array& attention_mask) const {
   const LlamaConfig& c = config_;
   if (!tokens.valid()) throw ValueError::of(kName, "tokens are an empty Array");
@@ -298,7 +338,6 @@ Array LlamaForCausalLM::run(const Array& tokens, GptCache* cache, const Array& a
                 inv_freq;
   const Array angles = concatenate({freqs, freqs}, -1);
   const Array cos_t = astype(cos(angles), dt), sin_t = astype(sin(angles), dt);
-  auto rotary = [&](const Array& a) { return a * cos_t + rotate_half(a) * sin_t; };
   // Mistral's window: query at position p sees keys in (p - window, p].
   Array hidden = padded.hidden;
   if (c.sliding_window && len > *c.sliding_window) {
@@ -309,29 +348,26 @@ Array LlamaForCausalLM::run(const Array& tokens, GptCache* cache, const Array& a
     hidden = hidden.valid() ? logical_or(hidden, window) : window;
   }
 
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const LayerContext context{cos_t,
+                             sin_t,
+                             hidden,
+                             heads,
+                             kv_heads,
+                             c.max_position_embeddings,
+                             1.0 / std::sqrt(static_cast<double>(d)),
+                             dropout};
+  const bool recompute = gradient_checkpointing() && is_training() && !cache;
   for (size_t i = 0; i < model->layers.size(); ++i) {
     const LlamaDecoderLayer& layer = model->layers[i];
-    const LlamaAttention& a = *layer.self_attn;
-    const Array h = layer.input_layernorm(x);
-    const Array q = rotary(detail::split_heads(a.q_proj(h), heads));
-    Array k = rotary(detail::split_heads(a.k_proj(h), kv_heads));
-    Array v = detail::split_heads(a.v_proj(h), kv_heads);
-    if (cache) {  // the cache holds the kv heads once, not repeated
-      const nn::KVCache::Entry seen = cache->append(i, k, v, c.max_position_embeddings);
-      k = seen.keys;
-      v = seen.values;
+    if (!recompute) {
+      x = decoder_layer(layer, i, x, context, cache);
+      continue;
     }
-    if (kv_heads != heads) {
-      const int rep = static_cast<int>(heads / kv_heads);
-      k = repeat(k, rep, 1);
-      v = repeat(v, rep, 1);
-    }
-    const Array attn = detail::attend(q, k, v, scale, /*causal=*/true, hidden, dropout);
-    x = x + a.o_proj(detail::merge_heads(attn));
-    const LlamaMlp& m = *layer.mlp;
-    const Array g = layer.post_attention_layernorm(x);
-    x = x + m.down_proj(nn::silu(m.gate_proj(g)) * m.up_proj(g));
+    // nn::checkpoint swaps traced values into the layer's slots while the layer runs (also in the
+    // backward pass, after this call) and puts them back; the function holds values only.
+    x = nn::checkpoint(
+        const_cast<LlamaDecoderLayer&>(layer),
+        [&layer, i, context](const Array& in) { return decoder_layer(layer, i, in, context, nullptr); }, x);
   }
   x = model->norm(x);
   if (cache) cache->commit(t, b);

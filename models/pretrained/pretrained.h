@@ -87,6 +87,16 @@ class CausalLM : public PretrainedModel {
   virtual int64_t vocab_size() const = 0;
   /// The longest sequence (cached positions included) the model accepts.
   virtual int64_t max_positions() const = 0;
+
+  /// Gradient checkpointing (transformers' gradient_checkpointing_enable): in training mode,
+  /// forward(tokens) keeps only each decoder layer's input and output in the graph and runs the
+  /// layer again in the backward pass (nn::checkpoint): a second forward in exchange for the
+  /// activation memory of all layers but one. Gradients are the same; dropout draws repeat.
+  virtual void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
+
+ private:
+  bool gradient_checkpointing_ = false;
 };
 
 /// The folder's config.json and weights (model.safetensors, or the shards of
