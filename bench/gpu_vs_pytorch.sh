@@ -9,9 +9,10 @@
 # (bench/gpu_vs_pytorch.py) with the synchronous vs asynchronous training loops
 # (bench/core/async_loop_bench.cpp), and training on the GPU through the examples.
 #   bench/gpu_vs_pytorch.sh prepare             # here
-#   bench/gpu_vs_pytorch.sh device [parts...]   # there; parts: tests ops table gemm barrier train (default:
+#   bench/gpu_vs_pytorch.sh device [parts...]   # there; parts: tests ops table gemm barrier gpt2 train (default:
 #                                               # tests table train; gemm: the GPT's GEMMs by shape;
-#                                               # barrier: what a dependent dispatch costs)
+#                                               # barrier: what a dependent dispatch costs; gpt2: GPT-2 small
+#                                               # beside PyTorch, CPU and GPU)
 # e.g. run(command='bash bench/gpu_vs_pytorch.sh device tests',
 #          carry=['.gpu_carry/gl', '.gpu_carry/base-lib.tar.xz', '.gpu_carry/bin-tests.tar.xz']), then
 #      run(command='rm -rf /tmp/kiln; bash bench/gpu_vs_pytorch.sh device train', carry=['.gpu_carry/gl',
@@ -26,7 +27,7 @@ tests=(vulkan_runtime_test vulkan_kernels_test elementwise_kernel_test glsl_comp
   gpu_elementwise_test gpu_reduce_test gpu_index_test gpu_linalg_test gpu_random_test gpu_compile_test
   gpu_scan_test gpu_sort_test gpu_gather_test gpu_conv_test gpu_pool_test gpu_float64_math_test
   gpu_matmul_half_test gpu_norm_test gpu_training_memory_test gpu_capture_test gpu_attention_test
-  gpu_arange_test gpu_masked_grad_test gpu_transfer_counter_test gpu_async_test)
+  gpu_arange_test gpu_masked_grad_test gpu_transfer_counter_test gpu_async_test gpu_kv_cache_test)
 # The op suites of tests/core run with the GPU as the default device (their gpu. pass in ctest), on
 # NVIDIA's driver: the `ops` part (archive bin-ops).
 ops=(unary_test binary_test ternary_test transforms_test linalg_decomp_test shape_more_test einsum_test
@@ -35,7 +36,8 @@ ops=(unary_test binary_test ternary_test transforms_test linalg_decomp_test shap
 case "${1:-}" in
   prepare)
     cmake --preset release -DKILN_BENCH=ON >/dev/null
-    cmake --build "$build" -j "$(nproc)" --target gpu_bench barrier_bench async_loop_bench train_fashion_mnist train_char_gpt \
+    cmake --build "$build" -j "$(nproc)" --target gpu_bench barrier_bench async_loop_bench gpt2_small_bench \
+      train_fashion_mnist train_char_gpt \
       "${tests[@]}" "${ops[@]}"
     # Two archives: the binaries (packed again each time) and the libraries and data (kept when
     # present; `rm -rf .gpu_carry` to rebuild them). One big dictionary stores the binaries' common
@@ -45,7 +47,7 @@ case "${1:-}" in
     for t in "${tests[@]}"; do strip -o "$stage/tests/bin/$t" "$build/tests/vulkan/$t"; done
     for t in "${ops[@]}"; do strip -o "$stage/ops/bin/$t" "$build/tests/$t"; done
     for e in train_fashion_mnist train_char_gpt; do strip -o "$stage/train/bin/$e" "$build/examples/$e"; done
-    for b in gpu_bench barrier_bench async_loop_bench; do strip -o "$stage/bench/bin/$b" "$build/bench/$b"; done
+    for b in gpu_bench barrier_bench async_loop_bench gpt2_small_bench; do strip -o "$stage/bench/bin/$b" "$build/bench/$b"; done
     rm -f "$carry/bin.tar.xz" "$carry/base.tar.xz"
     for part in tests ops train bench; do
       tar cf - -C "$stage/$part" bin | xz -T2 --lzma2=preset=6,dict=256MiB >"$carry/bin-$part.tar.xz"
@@ -144,6 +146,15 @@ case "${1:-}" in
             --benchmark_repetitions=3 --benchmark_report_aggregates_only=true | tee -a "$out/barrier.txt" ||
             echo "gpu_bench chains failed"
           ;;
+        gpt2)
+          # Issue 31: GPT-2 small's training step and per-token decode at positions 0..960, beside
+          # PyTorch: on the CPU with the host's threads, then on the GPU (Vulkan beside CUDA).
+          ln -sfn "$k/bin" "$k/bench"
+          PYTHONUNBUFFERED=1 timeout 280 python3 bench/gpt2_small_vs_pytorch.py --build "$k" --device gpu |
+            tee "$out/gpt2_gpu.txt" || echo "gpt2 gpu failed"
+          PYTHONUNBUFFERED=1 timeout 280 python3 bench/gpt2_small_vs_pytorch.py --build "$k" --threads "$(nproc)" |
+            tee "$out/gpt2_cpu.txt" || echo "gpt2 cpu failed"
+          ;;
         train)
           export KILN_DEVICE=gpu
           (cd /tmp && time "$k/bin/train_fashion_mnist" --model mlp --epochs 2 --data "$k/data" --out /tmp/fm) || true
@@ -164,7 +175,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: $0 prepare | device [tests|table|gemm|barrier|train ...]" >&2
+    echo "usage: $0 prepare | device [tests|table|gemm|barrier|gpt2|train ...]" >&2
     exit 2
     ;;
 esac

@@ -51,24 +51,40 @@ void gemm_impl(Gemm gemm_fn, Gemv gemv_fn, bool ta, bool tb, int64_t m, int64_t 
   // Matrix-vector products skip sgemm's packing, which dominates when one side is a vector.
   // gemv scales y by beta, and some OpenBLAS versions compute 0 * NaN there: clear y instead.
   if ((m == 1 || n == 1) && beta == T(0)) scale_rows(m, n, beta, c, ldc);
+  single_threaded_blas();
+  const int threads = num_threads();
+  constexpr int64_t kMinSplit = 64, kMinMacs = int64_t{1} << 21;
+  // A large one is split over kiln's pool by its output, each part a one-thread gemv: a decode
+  // step's products are all matrix-vector, and they read every weight once (memory-bound, so one
+  // core's bandwidth is not enough).
+  // Splitting pays from an eighth of sgemm's threshold: a gemv streams its matrix once, with no
+  // packing to amortize (GPT-2's attention projections, 768 x 768 and 768 x 2304, are split).
+  auto split = [&](int64_t len, const auto& part) {
+    if (threads > 1 && len * k >= kMinMacs / 8 && len >= 2 * kMinSplit)
+      parallel_for(len, std::max(kMinSplit, (len + 2 * threads - 1) / (2 * threads)), part);
+    else
+      part(int64_t{0}, len);
+  };
   if (m == 1) {
-    // c (1 x n) = alpha * op(B)^T a + beta * c; op(B)^T is B^T when B is stored k x n.
-    gemv_fn(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, bi(tb ? n : k), bi(tb ? k : n), alpha, b, bi(ldb),
-            a, bi(ta ? lda : 1), beta, c, 1);
+    // c (1 x n) = alpha * op(B)^T a + beta * c; op(B)^T is B^T when B is stored k x n. Outputs
+    // c0..c1 read rows c0..c1 of a stored n x k B, columns c0..c1 of a k x n one.
+    split(n, [&](int64_t c0, int64_t c1) {
+      gemv_fn(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, bi(tb ? c1 - c0 : k), bi(tb ? k : c1 - c0),
+              alpha, tb ? b + c0 * ldb : b + c0, bi(ldb), a, bi(ta ? lda : 1), beta, c + c0, 1);
+    });
     return;
   }
   if (n == 1) {
     // c (m x 1) = alpha * op(A) b + beta * c.
-    gemv_fn(CblasRowMajor, trans(ta), bi(ta ? k : m), bi(ta ? m : k), alpha, a, bi(lda), b, bi(tb ? 1 : ldb),
-            beta, c, bi(ldc));
+    split(m, [&](int64_t r0, int64_t r1) {
+      gemv_fn(CblasRowMajor, trans(ta), bi(ta ? k : r1 - r0), bi(ta ? r1 - r0 : k), alpha,
+              ta ? a + r0 : a + r0 * lda, bi(lda), b, bi(tb ? 1 : ldb), beta, c + r0 * ldc, bi(ldc));
+    });
     return;
   }
   // Large products split across kiln's pool, each part a one-thread sgemm (see single_threaded_blas).
   // The split is along C's longer side, in parts of at least 64 rows or columns so that each
   // part's packing of the shared operand stays small next to its arithmetic.
-  single_threaded_blas();
-  const int threads = num_threads();
-  constexpr int64_t kMinSplit = 64, kMinMacs = int64_t{1} << 21;
   if (threads > 1 && m * n * k >= kMinMacs && std::max(m, n) >= 2 * kMinSplit) {
     const int64_t grain = std::max(kMinSplit, (std::max(m, n) + 2 * threads - 1) / (2 * threads));
     if (m >= n) {

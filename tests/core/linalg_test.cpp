@@ -164,6 +164,20 @@ TEST(Matmul, MatrixVectorPaths) {
   }
 }
 
+// Large enough (n * k >= 2^18, n >= 128) that gemm splits the matrix-vector product over the pool
+// by its output: every layout of the matrix, the vector on either side, against the reference.
+TEST(Matmul, LargeMatrixVectorProductsSplitOverThreads) {
+  const Array m = random_array({640, 3300}, float32, 54), v = random_array({3300}, float32, 55);
+  const Array u = random_array({640}, float32, 56);
+  expect_close(matmul(m, v), ref_of(m, v).v, 1e-4, 1e-4);
+  expect_close(matmul(u, m), ref_of(u, m).v, 1e-4, 1e-4);
+  expect_close(matmul(v, transpose(m)), ref_of(v, transpose(m)).v, 1e-4, 1e-4);
+  expect_close(matmul(transpose(m), u), ref_of(transpose(m), u).v, 1e-4, 1e-4);
+  // linear's layout: a (1, k) row against a stored (n, k) weight.
+  const Array row = reshape(v, {1, 3300});
+  expect_close(linear(row, m), ref_of(row, transpose(m)).v, 1e-4, 1e-4);
+}
+
 TEST(Matmul, EmptyDimensions) {
   const Array a = zeros({3, 0}), b = zeros({0, 4});
   const Array c = matmul(a, b);
