@@ -55,10 +55,9 @@ void gemm_impl(Gemm gemm_fn, Gemv gemv_fn, bool ta, bool tb, int64_t m, int64_t 
   const int threads = num_threads();
   constexpr int64_t kMinSplit = 64, kMinMacs = int64_t{1} << 21;
   // A large one is split over kiln's pool by its output, each part a one-thread gemv: a decode
-  // step's products are all matrix-vector, and they read every weight once (memory-bound, so one
-  // core's bandwidth is not enough).
-  // Splitting pays from an eighth of sgemm's threshold: a gemv streams its matrix once, with no
-  // packing to amortize (GPT-2's attention projections, 768 x 768 and 768 x 2304, are split).
+  // step's products are all matrix-vector and memory-bound, beyond one core's bandwidth. It pays
+  // from an eighth of sgemm's threshold, as a gemv streams its matrix once with no packing to
+  // amortize (GPT-2's attention projections, 768 x 768 and 768 x 2304, are split).
   auto split = [&](int64_t len, const auto& part) {
     if (threads > 1 && len * k >= kMinMacs / 8 && len >= 2 * kMinSplit)
       parallel_for(len, std::max(kMinSplit, (len + 2 * threads - 1) / (2 * threads)), part);

@@ -330,12 +330,11 @@ Array LlamaForCausalLM::run(const Array& tokens, GptCache* cache, const Array& a
   if (attention_mask.valid()) padded = detail::padded_positions(kName, attention_mask, b, offset, t);
   // cos and sin of position * frequency, each frequency twice (the rotate-half layout): (T, D), or
   // (B, 1, T, D) with per-row positions.
-  const Array& inv_freq = inv_freq_;
   const Array freqs =
       padded.positions.valid()
-          ? reshape(astype(padded.positions, float32), {b, 1, t, 1}) * reshape(inv_freq, {1, 1, 1, d / 2})
+          ? reshape(astype(padded.positions, float32), {b, 1, t, 1}) * reshape(inv_freq_, {1, 1, 1, d / 2})
           : reshape(arange(static_cast<double>(offset), static_cast<double>(len), 1, float32), {t, 1}) *
-                inv_freq;
+                inv_freq_;
   const Array angles = concatenate({freqs, freqs}, -1);
   const Array cos_t = astype(cos(angles), dt), sin_t = astype(sin(angles), dt);
   // Mistral's window: query at position p sees keys in (p - window, p].
