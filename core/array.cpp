@@ -104,8 +104,10 @@ bool Array::donate_from(const Array& source) {
   if (source.node_.use_count() != 1 || !src.buffer || src.buffer.use_count() != 1 || !src.buffer->on_host() ||
       src.buffer->external())
     return false;
-  if (src.tracer || !src.row_contiguous || src.dtype != node_->dtype || src.size != node_->size ||
-      src.offset != 0)
+  // A traced value is kept whole while a transform traces on this thread; once the trace is over
+  // (the gradients value_and_grad returned, the optimizer step built from them) it is a value.
+  if ((src.tracer && detail::in_trace()) || !src.row_contiguous || src.dtype != node_->dtype ||
+      src.size != node_->size || src.offset != 0)
     return false;
   acquire_sole_ownership(source.node_);  // threads that read the values, then dropped the array
   src.buffer->drop_device_copy();        // its host bytes are about to change

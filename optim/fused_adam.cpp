@@ -50,30 +50,67 @@ struct AdamScalars {
   T decay;  // 1 without AdamW's decay: p * 1 is p exactly
 };
 
-// One pass over n elements. Options are template parameters so the loop has no branch; pointers
-// are restrict parameters (GCC 12 does not vectorize through restrict locals copied from a struct).
+// One element's update; the kernels below inline it.
+template <class T, bool kAmsgrad, bool kLerpFromM>
+[[gnu::always_inline]] inline void adam_element(T p, T g, T m, T v, T vmax, const AdamScalars<T>& s, T& p1,
+                                                T& m1, T& v1, T& vmax1) {
+  const T mi = kLerpFromM ? m + s.w * (g - m) : g - (g - m) * s.one_minus_w;
+  const T vi = s.b2 * v + s.one_minus_b2 * (g * g);
+  T second = vi;
+  if constexpr (kAmsgrad)  // maximum(vmax, v) with NaN propagating, as the op
+    vmax1 = second = (vmax > vi || vmax != vmax) ? vmax : vi;
+  m1 = mi;
+  v1 = vi;
+  p1 = p * s.decay - s.step * (mi / (std::sqrt(second) / s.bc2 + s.eps));
+}
+
+// One pass over n elements into fresh outputs. Options are template parameters so the loop has no
+// branch; pointers are restrict parameters (GCC 12 does not vectorize through restrict locals copied
+// from a struct, nor at all when the seven pointers may alias).
 template <class T, bool kAmsgrad, bool kLerpFromM>
 KILN_SIMD_CLONES void adam_kernel(const T* __restrict p, const T* __restrict g, const T* __restrict m,
                                   const T* __restrict v, const T* __restrict vmax, T* __restrict p1,
                                   T* __restrict m1, T* __restrict v1, T* __restrict vmax1,
                                   const AdamScalars<T> s, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T mi = kLerpFromM ? m[i] + s.w * (g[i] - m[i]) : g[i] - (g[i] - m[i]) * s.one_minus_w;
-    const T vi = s.b2 * v[i] + s.one_minus_b2 * (g[i] * g[i]);
-    T second = vi;
-    if constexpr (kAmsgrad)  // maximum(vmax, v) with NaN propagating, as the op
-      vmax1[i] = second = (vmax[i] > vi || vmax[i] != vmax[i]) ? vmax[i] : vi;
-    m1[i] = mi;
-    v1[i] = vi;
-    p1[i] = p[i] * s.decay - s.step * (mi / (std::sqrt(second) / s.bc2 + s.eps));
-  }
+  T unused = 0;
+  for (int64_t i = 0; i < n; ++i)
+    adam_element<T, kAmsgrad, kLerpFromM>(p[i], g[i], m[i], v[i], kAmsgrad ? vmax[i] : T(0), s, p1[i], m1[i],
+                                          v1[i], kAmsgrad ? vmax1[i] : unused);
 }
+
+// The same pass overwriting the parameter and its state where they were donated.
+template <class T, bool kAmsgrad, bool kLerpFromM>
+KILN_SIMD_CLONES void adam_kernel_in_place(T* __restrict p, const T* __restrict g, T* __restrict m,
+                                           T* __restrict v, T* __restrict vmax, const AdamScalars<T> s,
+                                           int64_t n) {
+  T unused = 0;
+  for (int64_t i = 0; i < n; ++i)
+    adam_element<T, kAmsgrad, kLerpFromM>(p[i], g[i], m[i], v[i], kAmsgrad ? vmax[i] : T(0), s, p[i], m[i],
+                                          v[i], kAmsgrad ? vmax[i] : unused);
+}
+
+// out[j] (p, m, v [, vmax]) updates in[kStateInput[j]].
+constexpr size_t kStateInput[] = {0, 2, 3, 4};
 
 template <class T>
 void adam_loop(const AdamConstants& c, std::span<const Array> in, std::span<Array> out) {
+  // Where nothing else holds the old parameter and state (a training loop that replaced them with
+  // this step's outputs), the step writes over them: a model's weights and moments are not
+  // allocated twice. When only some are donated, the others are copied into fresh outputs first.
+  bool took[4] = {};
+  size_t donated = 0;
+  for (size_t j = 0; j < out.size(); ++j) donated += took[j] = out[j].donate_from(in[kStateInput[j]]);
+  if (donated > 0)
+    for (size_t j = 0; j < out.size(); ++j)
+      if (!took[j]) {
+        out[j].allocate();
+        kiln::detail::copy_strided(in[kStateInput[j]], out[j]);
+      }
+  const bool in_place = donated > 0;
   std::vector<Array> dense;
   for (const Array& a : in) dense.push_back(a.row_contiguous() ? a : kiln::detail::dense_copy(a));
-  for (Array& o : out) o.allocate();  // fresh buffers: no output aliases an input
+  if (!in_place)
+    for (Array& o : out) o.allocate();  // fresh buffers: no output aliases an input
   const size_t k = c.amsgrad ? 5 : 4;
   const auto ptr = [&](std::span<const Array> v, size_t i) {
     return i < v.size() ? v[i].strided_data<T>() : nullptr;
@@ -92,10 +129,14 @@ void adam_loop(const AdamConstants& c, std::span<const Array> in, std::span<Arra
                          static_cast<T>(c.eps),
                          c.decay ? dense[k + 2].strided_data<T>()[0] : T(1)};
   auto run = [&](auto amsgrad, auto from_m) {
+    constexpr bool kA = decltype(amsgrad)::value, kM = decltype(from_m)::value;
     kiln::detail::parallel_for(out[0].size(), kiln::detail::kElementwiseGrain, [&](int64_t lo, int64_t hi) {
       const auto at = [lo](auto* q) { return q ? q + lo : q; };
-      adam_kernel<T, decltype(amsgrad)::value, decltype(from_m)::value>(
-          at(p), at(g), at(m), at(v), at(vmax), at(p1), at(m1), at(v1), at(vmax1), s, hi - lo);
+      if (in_place)
+        adam_kernel_in_place<T, kA, kM>(at(p1), at(g), at(m1), at(v1), at(vmax1), s, hi - lo);
+      else
+        adam_kernel<T, kA, kM>(at(p), at(g), at(m), at(v), at(vmax), at(p1), at(m1), at(v1), at(vmax1), s,
+                               hi - lo);
     });
   };
   const bool from_m = w < 0.5;

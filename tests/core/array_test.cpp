@@ -1,11 +1,16 @@
 // Array basics: construction, element access, printing, errors, deep graphs, buffer donation,
 // the allocator's statistics and concurrent evaluation.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "support/device.h"
 #include "support/op_test.h"
@@ -395,6 +400,42 @@ TEST(ArrayMemory, StatsAndCache) {
   }
   EXPECT_EQ(memory_stats().cache_bytes, 0u);  // nothing is cached past the limit
   EXPECT_EQ(set_cache_limit(old_limit), 0u);
+}
+
+// KILN_HOST_CACHE_LIMIT sets the host cache's limit when the allocator starts, so each case runs
+// this test again in a child process with the variable set (and KILN_TEST_CACHE_LIMIT saying what
+// the child should see: a byte count, or "at least N" for the default an invalid value gives).
+TEST(ArrayMemory, CacheLimitFromTheEnvironment) {
+  if (const char* want = std::getenv("KILN_TEST_CACHE_LIMIT")) {
+    const size_t limit = set_cache_limit(0);
+    set_cache_limit(limit);
+    const std::string w = want;
+    if (w.rfind("at least ", 0) == 0)
+      EXPECT_GE(limit, std::stoull(w.substr(9)));
+    else
+      EXPECT_EQ(limit, std::stoull(w));
+    return;
+  }
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string floor = "at least " + std::to_string(size_t{4} << 30);
+  const std::pair<const char*, std::string> cases[] = {{"3G", std::to_string(size_t{3} << 30)},
+                                                       {"512M", std::to_string(size_t{512} << 20)},
+                                                       {"64K", "65536"},
+                                                       {"123456", "123456"},
+                                                       {"0", "0"},  // 0: nothing is cached
+                                                       {"12X", floor},
+                                                       {"G", floor},
+                                                       {"-1", floor},
+                                                       {"99999999999G", floor},
+                                                       {"99999999999999999999", floor}};
+  for (const auto& [env, want] : cases) {
+    const std::string cmd = fmt::format(
+        "KILN_HOST_CACHE_LIMIT='{}' KILN_TEST_CACHE_LIMIT='{}' '{}' "
+        "--gtest_filter=ArrayMemory.CacheLimitFromTheEnvironment "
+        ">/dev/null 2>&1",
+        env, want, self);
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << "KILN_HOST_CACHE_LIMIT=" << env << " should give " << want;
+  }
 }
 
 // ---------------------------------------------------------------- threads

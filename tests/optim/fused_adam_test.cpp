@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "kiln/core/transforms.h"
 #include "kiln/optim/fused_adam_impl.h"
@@ -70,6 +71,56 @@ TEST(FusedAdam, StridedOperands) {
   const Array pt = transpose(o.p), gt = transpose(o.g), mt = transpose(o.m), vt = transpose(o.v);
   const std::vector<Array> got = adam_update(kPlain, pt, gt, mt, vt, std::nullopt, 0.01, 0.5);
   const std::vector<Array> want = formula(kPlain, pt, gt, mt, vt, std::nullopt, 0.01, 0.5);
+  for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], want[i], 2e-6, 2e-6);
+}
+
+// The address of an evaluated row-contiguous array's first element.
+const void* address(const Array& a) {
+  return a.dtype() == float64 ? (const void*)a.data<double>() : a.data<float>();
+}
+
+// When the step's inputs are its only holders (a training loop that replaced the parameter and its
+// state with this step's outputs), the outputs take their buffers and the values are unchanged.
+TEST(FusedAdam, WritesOverParameterAndStateNothingElseHolds) {
+  uint64_t seed = 150;
+  for (const AdamConstants& c : {kPlain, kAmsgrad})
+    for (Dtype t : {float32, float64}) {
+      Operands o = operands({33, 65}, t, seed += 10);
+      std::optional<Array> vmax0 = c.amsgrad ? std::optional<Array>(o.vmax) : std::nullopt;
+      std::vector<Array> want = formula(c, o.p, o.g, o.m, o.v, vmax0, 0.013, 0.21, 0.99);
+      eval(want);
+      vmax0.reset();  // want holds its values now
+      std::vector<const void*> before{address(o.p), address(o.m), address(o.v)};
+      if (c.amsgrad) before.push_back(address(o.vmax));
+      std::vector<Array> got = [&] {
+        const std::optional<Array> vmax = c.amsgrad ? std::optional<Array>(std::move(o.vmax)) : std::nullopt;
+        o.vmax = Array{};
+        return adam_update(c, std::exchange(o.p, Array{}), o.g, std::exchange(o.m, Array{}),
+                           std::exchange(o.v, Array{}), vmax, 0.013, 0.21, 0.99);
+      }();
+      eval(got);
+      ASSERT_EQ(got.size(), before.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(address(got[i]), before[i]) << "output " << i;
+        expect_close(got[i], want[i], 2e-6, 2e-6);
+      }
+    }
+}
+
+// A parameter someone still holds keeps its values; the moments nobody holds are still reused.
+TEST(FusedAdam, CopiesWhatIsHeldElsewhere) {
+  Operands o = operands({40, 17}, float32, 200);
+  const Array held = o.p;
+  const std::vector<float> held_values = held.to_vector<float>();
+  std::vector<Array> want = formula(kPlain, o.p, o.g, o.m, o.v, std::nullopt, 0.02, 0.3);
+  eval(want);
+  const void* m_before = address(o.m);
+  std::vector<Array> got = adam_update(kPlain, std::exchange(o.p, Array{}), o.g, std::exchange(o.m, Array{}),
+                                       std::exchange(o.v, Array{}), std::nullopt, 0.02, 0.3);
+  eval(got);
+  EXPECT_NE(address(got[0]), address(held));
+  EXPECT_EQ(address(got[1]), m_before);
+  EXPECT_EQ(held.to_vector<float>(), held_values);
   for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], want[i], 2e-6, 2e-6);
 }
 

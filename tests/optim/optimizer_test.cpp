@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -380,6 +381,30 @@ TEST(Optimizer, TrainingReducesTheLoss) {
       (i == 0 ? first : last) = loss.item<double>();
     }
     EXPECT_LT(last, first);
+  }
+}
+
+// A training loop's Adam step writes the new weights and moments over the old ones where nothing
+// else reads them any more (here: a Linear's weight and bias, whose old values no pending node
+// reads; a weight a pending backward node still views is copied instead), so a model's parameters
+// are not allocated twice a step.
+TEST(Optimizer, AdamStepsReuseTheParameterBuffers) {
+  nn::Linear net(4, 2, {.key = random::key(3)});
+  AdamW opt({.lr = 0.01});
+  const Array x = random_array({16, 4}, float32, 7), y = random_array({16, 2}, float32, 8, -0.5, 0.5);
+  auto step =
+      nn::value_and_grad(net, [&](const Array& in, const Array& t) { return mean(square(net(in) - t)); });
+  std::map<std::string, const float*> first;
+  for (int i = 0; i < 3; ++i) {
+    auto [loss, grads] = step(x, y);
+    opt.update(net, grads);
+    const ParamTree params = net.parameters();
+    nn::eval({&params, &opt.state()});
+    for (const auto& [key, p] : params) {
+      if (i == 0) first[key] = p.data<float>();
+      EXPECT_EQ(p.data<float>(), first.at(key)) << key << " at step " << i;
+    }
+    EXPECT_LT(loss.item<double>(), 10.0);  // evaluated after the step: its graph kept what it reads
   }
 }
 
