@@ -101,7 +101,7 @@ tsan-threads: deps
 # GALLIUM_OVERRIDE_CPU_CAPS=avx, so its JIT emits AVX2 code: that reproduced the AVX2-only host's
 # round of doubles (0.5, 1.5, 2.5 -> 0, 1, 2) that LP_NATIVE_VECTOR_WIDTH did not. Mesa's shader
 # cache is off so no kernel compiled for the host's own extensions is reused.
-ISA_CPU_SUITES = unary_test binary_test ternary_test fused_norm_test fusion_tiles_test fused_adam_test
+ISA_CPU_SUITES = unary_test binary_test ternary_test fused_norm_test fusion_tiles_test fused_adam_test quantized_test
 ISA_GPU_SUITES = unary_test binary_test ternary_test vulkan/gpu_float64_math_test vulkan/elementwise_kernel_test
 isa: deps
 	$(call configure,release)
