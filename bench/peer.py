@@ -19,16 +19,18 @@ def median_ms(fn, repeats, warmup=5):
     return statistics.median(samples)
 
 
-def kiln_medians(build, program, threads, prefix, repetitions=5, keep_arg=False):
-    """Runs build/bench/<program> on `threads` threads; returns {benchmark name without prefix: median ms}
-    (with keep_arg, a benchmark's first argument stays in its name: "decode/256")."""
+def kiln_medians(build, program, threads, prefix, repetitions=5, keep_arg=False, filter=None, keep_args=False):
+    """Runs build/bench/<program> on `threads` threads (only the benchmarks matching `filter`, a
+    --benchmark_filter regex, when given); returns {benchmark name without prefix: median ms} (with
+    keep_arg, a benchmark's first argument stays in its name: "decode/256"; with keep_args, all of
+    them: "decode_quantized/4/512")."""
     exe = os.path.join(build, "bench", program)
     if not os.path.exists(exe):
         sys.exit(f"{exe} not found: build with `make bench` (or -DKILN_BENCH=ON) first")
     env = dict(os.environ, KILN_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     res = subprocess.run(
         [exe, "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",
-         "--benchmark_report_aggregates_only=true"],
+         "--benchmark_report_aggregates_only=true"] + ([f"--benchmark_filter={filter}"] if filter else []),
         env=env, check=True, capture_output=True, text=True,
     )
     out = {}
@@ -36,7 +38,9 @@ def kiln_medians(build, program, threads, prefix, repetitions=5, keep_arg=False)
         if b.get("aggregate_name") == "median":
             parts = b["run_name"].split("/")
             name = parts[0].replace(prefix, "")
-            if keep_arg and len(parts) > 1 and parts[1].isdigit():
+            if keep_args:
+                name = "/".join([name] + [p for p in parts[1:] if p.isdigit()])
+            elif keep_arg and len(parts) > 1 and parts[1].isdigit():
                 name += "/" + parts[1]
             scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
             out[name] = b["real_time"] * scale

@@ -226,9 +226,10 @@ Array Gpt::hidden(const Array& tokens, GptCache* cache, bool training, const Arr
   }
 
   Array x = wte(tokens);
-  if (wpe->weight.has_value())
-    x = x + (padded.positions.valid() ? take(wpe->weight.value(), padded.positions, 0)
-                                      : slice(wpe->weight.value(), {Slice{offset, offset + t}}));
+  if (wpe->weight.has_value())  // through the layer, which may be quantized
+    x = x + wpe(padded.positions.valid()
+                    ? padded.positions
+                    : arange(static_cast<double>(offset), static_cast<double>(offset + t), 1.0, int32));
   if (p > 0) x = nn::dropout(x, p);
   const bool recompute = gradient_checkpointing_ && training && !cache;
   for (size_t i = 0; i < h.size(); ++i) {
@@ -263,7 +264,7 @@ Array Gpt::block(size_t i, const Array& x, int64_t offset, GptCache* cache, bool
 }
 
 Array Gpt::logits(const Array& hidden) const {
-  return config_.tie_embeddings ? linear(hidden, wte->weight.value()) : lm_head(hidden);
+  return config_.tie_embeddings ? wte->as_linear(hidden) : lm_head(hidden);
 }
 
 Array Gpt::forward(const Array& tokens) const { return logits(hidden(tokens, nullptr, is_training())); }

@@ -5,12 +5,15 @@
 // - decode/<p>: one greedy token (batch 1) after p cached positions, the KV cache written in place
 //   (models::GptCache); 32 tokens a run from p, so p = 0 and p = 960 bracket a 1k-token
 //   generation and equal figures mean tokens/s stays flat.
-// KILN_DEVICE=gpu runs both on the GPU.
+// - decode_quantized/<bits>/<p>: the same with the model quantized by nn::quantize (int8, int4;
+//   32 is float32 again), its weights' size beside (weights_MB).
+// KILN_DEVICE=gpu runs train_step and decode on the GPU.
 #include <benchmark/benchmark.h>
 #include <kiln/kiln.h>
 #include <kiln/models/gpt.h>
 
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace {
@@ -55,19 +58,23 @@ void BM_kiln_gpt2_small_train_step(benchmark::State& st) {
 }
 BENCHMARK(BM_kiln_gpt2_small_train_step)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 
-const models::Gpt& decoder() {
-  static const std::unique_ptr<models::Gpt> model = [] {
-    auto m = std::make_unique<models::Gpt>(gpt2_small());
+// GPT-2 small in eval mode, float32 (bits 32) or quantized with nn::quantize (groups of 64), its
+// initialization evaluated here rather than in the first token's time.
+const models::Gpt& decoder(int bits = 32) {
+  static std::unique_ptr<models::Gpt> models[33];
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  std::unique_ptr<models::Gpt>& m = models[bits];
+  if (!m) {
+    m = std::make_unique<models::Gpt>(gpt2_small());
     m->eval_mode();
-    kiln::nn::eval(m->parameters());  // the initialization runs here, not in the first token's time
-    return m;
-  }();
-  return *model;
+    kiln::nn::eval(m->parameters());
+    if (bits < 32) kiln::nn::quantize(*m, {.bits = bits, .group_size = 64});
+  }
+  return *m;
 }
 
-void BM_kiln_gpt2_small_decode(benchmark::State& st) {
-  const models::Gpt& model = decoder();
-  const int64_t start = st.range(0);
+void decode(benchmark::State& st, const models::Gpt& model, int64_t start) {
   models::GptCache cache;
   Array next = kiln::random::randint({1, 1}, kiln::random::key(3), 0, kVocab);
   auto step = [&](const Array& tokens) {
@@ -82,13 +89,33 @@ void BM_kiln_gpt2_small_decode(benchmark::State& st) {
   if (start > 0) step(kiln::random::randint({1, start}, kiln::random::key(4), 0, kVocab));
   for (auto _ : st) step(next);
   st.counters["tokens_per_s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+  int64_t bytes = 0;
+  for (const auto& [key, p] : model.parameters()) bytes += p.nbytes();
+  st.counters["weights_MB"] = static_cast<double>(bytes) / 1e6;
 }
+
+void BM_kiln_gpt2_small_decode(benchmark::State& st) { decode(st, decoder(), st.range(0)); }
 BENCHMARK(BM_kiln_gpt2_small_decode)
     ->Arg(0)
     ->Arg(256)
     ->Arg(512)
     ->Arg(768)
     ->Arg(960)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(32);
+
+// Args: bits (32: the float32 model), start position. Issue 32: int8 and int4 beside float32.
+void BM_kiln_gpt2_small_decode_quantized(benchmark::State& st) {
+  decode(st, decoder(static_cast<int>(st.range(0))), st.range(1));
+}
+BENCHMARK(BM_kiln_gpt2_small_decode_quantized)
+    ->Args({32, 0})
+    ->Args({8, 0})
+    ->Args({4, 0})
+    ->Args({32, 512})
+    ->Args({8, 512})
+    ->Args({4, 512})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Iterations(32);

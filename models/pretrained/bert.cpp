@@ -206,9 +206,9 @@ BertOutput BertModel::forward(const Array& ids, const Array& attention_mask,
   auto drop = [](const Array& x, double p) { return p > 0 ? nn::dropout(x, p) : x; };
 
   const BertEmbeddings& e = *embeddings;
-  Array x = e.word_embeddings(ids) + slice(e.position_embeddings->weight.value(), {Slice{0, t}});
-  x = x + (token_type_ids.valid() ? e.token_type_embeddings(token_type_ids)
-                                  : slice(e.token_type_embeddings->weight.value(), {Slice{0, 1}}));
+  // Every table through its layer, which may be quantized.
+  Array x = e.word_embeddings(ids) + e.position_embeddings(arange(0.0, static_cast<double>(t), 1.0, int32));
+  x = x + e.token_type_embeddings(token_type_ids.valid() ? token_type_ids : zeros({1}, int32));
   x = drop(e.LayerNorm(x), p_hidden);
   // Keys to ignore: (B, 1, 1, T), broadcast over heads and queries.
   const Array hidden = attention_mask.valid() ? reshape(attention_mask == 0, {b, 1, 1, t}) : Array();

@@ -370,7 +370,7 @@ Array LlamaForCausalLM::run(const Array& tokens, GptCache* cache, const Array& a
   }
   x = model->norm(x);
   if (cache) cache->commit(t, b);
-  return c.tie_word_embeddings ? linear(x, model->embed_tokens->weight.value()) : lm_head(x);
+  return c.tie_word_embeddings ? model->embed_tokens->as_linear(x) : lm_head(x);
 }
 
 }  // namespace kiln::models

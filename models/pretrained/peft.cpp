@@ -11,6 +11,7 @@
 #include "kiln/models/pretrained/bert.h"
 #include "kiln/models/pretrained/hf_config.h"
 #include "kiln/models/pretrained/pretrained.h"
+#include "kiln/nn/module_names.h"
 
 namespace kiln::models {
 
@@ -126,10 +127,7 @@ PeftLoRAConfig load_peft_adapter(nn::Module& model, const std::filesystem::path&
   for (const auto& [key, m] : model.named_modules()) {
     const auto* l = dynamic_cast<const nn::Linear*>(m);
     if (!l) continue;
-    bool target = false;
-    for (const std::string& t : c.lora.target_modules)
-      target = target || key == t || detail::ends_with(key, "." + t);
-    if (!target) continue;
+    if (!nn::key_names_module(key, c.lora.target_modules)) continue;
     for (const auto& [factor, shape] : {std::pair{"lora_A", Shape{c.lora.r, l->in_features()}},
                                         std::pair{"lora_B", Shape{l->out_features(), c.lora.r}}}) {
       const std::string k = peft_key(key, factor);
@@ -158,7 +156,7 @@ PeftLoRAConfig load_peft_adapter(nn::Module& model, const std::filesystem::path&
   nn::add_lora(model, c.lora);
   for (auto& [key, m] : model.named_modules())
     if (auto* l = dynamic_cast<nn::Linear*>(m); l && l->has_lora()) {
-      const Dtype t = l->weight.value().dtype();
+      const Dtype t = l->compute_dtype();
       l->lora_A->weight.set(astype(saved.at(peft_key(key, "lora_A")), t));
       l->lora_B->weight.set(astype(saved.at(peft_key(key, "lora_B")), t));
     }

@@ -5,6 +5,8 @@
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/index.h"
+#include "kiln/core/ops/linalg.h"
+#include "kiln/core/ops/quantized.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/ops/ternary.h"
 #include "kiln/core/random.h"
@@ -49,6 +51,11 @@ Array Embedding::operator()(const Array& indices) const {
     if (idx.dtype() == int8) idx = astype(idx, int32);
     idx = where(idx < 0, num_, idx);
   }
+  if (quantization_) {  // frozen: the padding row needs no gradient guard
+    const QuantizeOptions& q = *quantization_;
+    return dequantize(take(weight.value(), idx, 0), take(scales.value(), idx, 0),
+                      take(biases.value(), idx, 0), q.group_size, q.bits);
+  }
   Array out = take(weight.value(), idx, 0);
   if (padding_idx_) {
     // The padding row keeps its value but gets no gradient, as PyTorch.
@@ -56,6 +63,31 @@ Array Embedding::operator()(const Array& indices) const {
     out = where(is_pad, stop_gradient(out), out);
   }
   return out;
+}
+
+Array Embedding::as_linear(const Array& x) const {
+  if (x.ndim() < 1 || x.shape().back() != dim_)
+    throw ShapeError::of("Embedding::as_linear", "input's last dimension must be embedding_dim",
+                         "expected (..., {}), got {}", dim_, shape_str(x.shape()));
+  if (!quantization_) return linear(x, weight.value());
+  return quantized_matmul(x, weight.value(), scales.value(), biases.value(), true, quantization_->group_size,
+                          quantization_->bits);
+}
+
+void Embedding::quantize(const QuantizeOptions& o) {
+  if (quantization_) throw ValueError::of("Embedding::quantize", "the table is already quantized");
+  const bool known =
+      o.group_size == 32 || o.group_size == 64 || o.group_size == 128;  // else quantize says so
+  if (known && dim_ % o.group_size != 0)
+    throw ValueError::of("Embedding::quantize", "embedding_dim must be a multiple of the group size",
+                         "Embedding({}, {}), group_size {}", num_, dim_, o.group_size);
+  const QuantizedWeight q = kiln::quantize(weight.value(), o.group_size, o.bits);
+  eval(q.weight, q.scales, q.biases);
+  weight.reset(q.weight);
+  scales.reset(q.scales);
+  biases.reset(q.biases);
+  quantization_ = o;
+  freeze({"weight", "scales", "biases"}, false);
 }
 
 }  // namespace kiln::nn

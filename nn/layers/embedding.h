@@ -1,7 +1,9 @@
 #pragma once
 // Embedding: a lookup table of num_embeddings vectors, as torch.nn.Embedding (weight (num, dim)).
+// quantize() stores the table as MLX's QuantizedEmbedding does (weight, scales, biases).
 #include <optional>
 
+#include "kiln/nn/layers/quantize_options.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::nn {
@@ -30,11 +32,25 @@ class Embedding : public Module {
   /// The padding row, normalized to [0, num_embeddings).
   std::optional<int64_t> padding_idx() const { return padding_idx_; }
 
-  ParameterInfo weight{this, "weight"};  // (num_embeddings, embedding_dim)
+  /// x (..., embedding_dim) @ weight^T -> (..., num_embeddings): an output layer tied to this table
+  /// (GPT-2's and Llama's tied heads), quantized or not.
+  Array as_linear(const Array& x) const;
+
+  /// Quantizes the table in place along embedding_dim and freezes it (weight, scales, biases).
+  /// Lookups dequantize the rows they read. Throws ValueError when already quantized, for bits or a
+  /// group size quantize rejects, or when embedding_dim is not a multiple of the group size.
+  void quantize(const QuantizeOptions& options = {});
+  const std::optional<QuantizeOptions>& quantization() const { return quantization_; }
+  bool is_quantized() const { return quantization_.has_value(); }
+
+  ParameterInfo weight{this, "weight"};  // (num_embeddings, embedding_dim); uint32 words when quantized
+  ParameterInfo scales{this, "scales"};  // (num_embeddings, embedding_dim / group_size) when quantized
+  ParameterInfo biases{this, "biases"};  // likewise
 
  private:
   int64_t num_, dim_;
   std::optional<int64_t> padding_idx_;
+  std::optional<QuantizeOptions> quantization_;
 };
 
 }  // namespace kiln::nn

@@ -7,6 +7,7 @@
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/ops/creation.h"
 #include "kiln/core/ops/linalg.h"
+#include "kiln/core/ops/quantized.h"
 #include "kiln/core/ops/shape.h"
 #include "kiln/core/random.h"
 #include "kiln/nn/init.h"
@@ -29,7 +30,14 @@ Array Linear::operator()(const Array& x) const {
   if (x.ndim() < 1 || x.shape().back() != in_)
     throw ShapeError::of("Linear", "input's last dimension must be in_features", "expected (..., {}), got {}",
                          in_, shape_str(x.shape()));
-  const Array y = linear(x, weight.value(), bias.has_value() ? bias.value() : Array());
+  Array y;
+  if (quantization_) {
+    y = quantized_matmul(x, weight.value(), scales.value(), biases.value(), true, quantization_->group_size,
+                         quantization_->bits);
+    if (bias.has_value()) y = y + bias.value();
+  } else {
+    y = linear(x, weight.value(), bias.has_value() ? bias.value() : Array());
+  }
   if (!has_lora()) return y;
   const Array xa = is_training() && lora_dropout_ > 0 ? dropout(x, lora_dropout_) : x;
   return y + linear(linear(xa, lora_A->weight.value()), lora_B->weight.value()) * lora_scale_;
@@ -39,7 +47,7 @@ void Linear::add_lora(const LoRAOptions& o) {
   if (o.r < 1) throw ValueError::of("Linear::add_lora", "rank r must be >= 1", "got {}", o.r);
   if (!(o.dropout >= 0 && o.dropout < 1))
     throw ValueError::of("Linear::add_lora", "dropout must be in [0, 1)", "got {}", o.dropout);
-  const Dtype t = weight.value().dtype();
+  const Dtype t = compute_dtype();
   const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
   lora_A->weight.reset(
       init::uniform({o.r, in_}, -bound, bound, t, o.key.valid() ? o.key : random::next_key()));
@@ -52,12 +60,49 @@ void Linear::add_lora(const LoRAOptions& o) {
 
 void Linear::merge_lora() {
   if (!has_lora()) return;
+  const Array base = dequantized_weight();
   const Array w =
-      astype(weight.value() + matmul(lora_B->weight.value(), lora_A->weight.value()) * lora_scale_,
-             weight.value().dtype());
-  w.eval();
-  weight.set(w);
+      astype(base + matmul(lora_B->weight.value(), lora_A->weight.value()) * lora_scale_, base.dtype());
+  if (quantization_) {
+    const QuantizedWeight q = kiln::quantize(w, quantization_->group_size, quantization_->bits);
+    eval(q.weight, q.scales, q.biases);
+    weight.set(q.weight);
+    scales.set(q.scales);
+    biases.set(q.biases);
+  } else {
+    w.eval();
+    weight.set(w);
+  }
   remove_lora();
+}
+
+void Linear::quantize(const QuantizeOptions& o) {
+  if (quantization_) throw ValueError::of("Linear::quantize", "the layer is already quantized");
+  if (!weight.has_value()) throw ValueError::of("Linear::quantize", "the layer has no weight (a tied head?)");
+  const bool known =
+      o.group_size == 32 || o.group_size == 64 || o.group_size == 128;  // else quantize says so
+  if (known && in_ % o.group_size != 0)
+    throw ValueError::of("Linear::quantize", "in_features must be a multiple of the group size",
+                         "Linear({}, {}), group_size {}", in_, out_, o.group_size);
+  const QuantizedWeight q = kiln::quantize(weight.value(), o.group_size, o.bits);  // checks bits and groups
+  eval(q.weight, q.scales, q.biases);
+  weight.reset(q.weight);
+  scales.reset(q.scales);
+  biases.reset(q.biases);
+  quantization_ = o;
+  std::vector<std::string> own{"weight", "scales", "biases"};
+  if (bias.has_value()) own.push_back("bias");
+  freeze(own, false);
+}
+
+Array Linear::dequantized_weight() const {
+  if (!quantization_) return weight.value();
+  return dequantize(weight.value(), scales.value(), biases.value(), quantization_->group_size,
+                    quantization_->bits);
+}
+
+Dtype Linear::compute_dtype() const {
+  return quantization_ ? scales.value().dtype() : weight.value().dtype();
 }
 
 void Linear::remove_lora() {

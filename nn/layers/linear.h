@@ -5,6 +5,13 @@
 // add_lora() adds `lora_A.weight` (r, in) and `lora_B.weight` (out, r), and the layer computes
 // x W^T + b + (alpha / r) dropout(x) A^T B^T. nn::add_lora (lora.h) adds adapters across a model by
 // module name, as PEFT's target_modules.
+//
+// quantize() stores the weight in place as MLX's QuantizedLinear does: `weight` the packed uint32
+// words, `scales` and `biases` beside it, the layer computing quantized_matmul. A LoRA adapter on a
+// quantized Linear trains over the frozen quantized base: QLoRA.
+#include <optional>
+
+#include "kiln/nn/layers/quantize_options.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::nn {
@@ -47,7 +54,8 @@ class Linear : public Module {
   /// the weight's dtype. options.bias and options.dtype are not used. Freezes nothing (nn::add_lora
   /// freezes the rest of the model). Throws ValueError for r < 1 or dropout outside [0, 1).
   void add_lora(const LoRAOptions& options);
-  /// Folds (alpha / r) B A into the weight and removes the adapter. No-op without one.
+  /// Folds (alpha / r) B A into the weight and removes the adapter (a quantized weight is
+  /// dequantized, merged and quantized again with its options). No-op without one.
   void merge_lora();
   /// Removes the adapter, leaving the weight as it is. No-op without one.
   void remove_lora();
@@ -55,14 +63,30 @@ class Linear : public Module {
   /// alpha / r of the adapter (0 without one).
   double lora_scale() const { return has_lora() ? lora_scale_ : 0.0; }
 
-  ParameterInfo weight{this, "weight"};           // (out, in)
+  /// Quantizes the weight in place (kiln::quantize along in_features) and freezes the layer's own
+  /// parameters (weight, scales, biases, bias); an adapter stays trainable. Throws ValueError when
+  /// already quantized, for bits or a group size quantize rejects, or when in_features is not a
+  /// multiple of the group size (naming the layer's shape).
+  void quantize(const QuantizeOptions& options = {});
+  /// The options the weight was quantized with; empty for a float weight.
+  const std::optional<QuantizeOptions>& quantization() const { return quantization_; }
+  bool is_quantized() const { return quantization_.has_value(); }
+  /// The weight as floats (out, in): dequantized when quantized, else the weight itself.
+  Array dequantized_weight() const;
+  /// The dtype the layer computes in: the weight's, or the scales' when quantized.
+  Dtype compute_dtype() const;
+
+  ParameterInfo weight{this, "weight"};           // (out, in); uint32 (out, in * bits / 32) when quantized
   ParameterInfo bias{this, "bias"};               // (out); empty and unlisted when options.bias is false
+  ParameterInfo scales{this, "scales"};           // (out, in / group_size) when quantized, else empty
+  ParameterInfo biases{this, "biases"};           // (out, in / group_size) when quantized, else empty
   ModuleInfo<LoRAFactor> lora_A{this, "lora_A"};  // weight (r, in); empty without an adapter
   ModuleInfo<LoRAFactor> lora_B{this, "lora_B"};  // weight (out, r); empty without an adapter
 
  private:
   int64_t in_, out_;
   double lora_scale_ = 0.0, lora_dropout_ = 0.0;
+  std::optional<QuantizeOptions> quantization_;
 };
 
 }  // namespace kiln::nn

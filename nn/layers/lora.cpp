@@ -10,20 +10,9 @@
 #include "kiln/core/random.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/layers/dropout.h"
+#include "kiln/nn/module_names.h"
 
 namespace kiln::nn {
-
-namespace {
-
-bool names_target(const std::string& key, const std::vector<std::string>& targets) {
-  for (const std::string& t : targets)
-    if (key == t || (key.size() > t.size() && key.compare(key.size() - t.size(), t.size(), t) == 0 &&
-                     key[key.size() - t.size() - 1] == '.'))
-      return true;
-  return false;
-}
-
-}  // namespace
 
 std::vector<std::string> add_lora(Module& model, const LoRAConfig& config) {
   std::vector<std::pair<std::string, Linear*>> targets;
@@ -31,7 +20,7 @@ std::vector<std::string> add_lora(Module& model, const LoRAConfig& config) {
   for (auto& [key, m] : model.named_modules())
     if (auto* l = dynamic_cast<Linear*>(m)) {
       linears.push_back(key);
-      if (names_target(key, config.target_modules)) targets.emplace_back(key, l);
+      if (key_names_module(key, config.target_modules)) targets.emplace_back(key, l);
     }
   if (targets.empty()) {
     std::string targets_list, present;
