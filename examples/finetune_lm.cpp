@@ -16,6 +16,8 @@
 // - At the end: <out>/adapter (adapter_config.json, adapter_model.safetensors) and <out>/metrics.csv;
 //   with --merge also <out>/merged, a plain model folder with the adapters folded in (and the
 //   tokenizer files copied).
+// - --quantize 4 (or 8) is QLoRA: the base's layers are quantized (nn::quantize, the head left in
+//   float) and the adapters train over them; --merge then folds the adapter into the float base.
 // - --init-model DIR writes a small random Llama with a byte-level tokenizer there and exits, for
 //   trying the example (and its tests) without a download.
 //
@@ -59,6 +61,7 @@ struct Settings {
   int64_t eval_every = 50, ckpt_every = 50;
   uint64_t seed = 0;
   bool resume = false, merge = false, gradient_checkpointing = true;
+  int quantize = 0, group_size = 64;  // QLoRA: the base's weights in this many bits (0: float)
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -220,6 +223,11 @@ int run(const Settings& s) {
                                        .target_modules = split_list(s.targets),
                                        .key = kiln::random::key(s.seed)},
                               .base_model_name_or_path = s.model};
+  if (s.quantize) {  // QLoRA: the adapters train over the frozen quantized base (the head stays float)
+    const auto layers =
+        nn::quantize(*lm, {.bits = s.quantize, .group_size = s.group_size, .skip = {"lm_head"}});
+    fmt::print("quantized {} layers to {} bits (groups of {})\n", layers.size(), s.quantize, s.group_size);
+  }
   if (!s.adapter.empty()) {
     peft = models::load_peft_adapter(*lm, s.adapter);
     peft.base_model_name_or_path = s.model;
@@ -298,9 +306,17 @@ int run(const Settings& s) {
   models::save_peft_adapter(*lm, adapter_dir, peft);
   fmt::print("adapter: {} (PEFT's layout)\n", adapter_dir.string());
   if (s.merge) {
-    nn::merge_lora(*lm);
+    // A quantized base is merged as QLoRA users do: the adapter onto the float model, read again.
+    std::unique_ptr<models::CausalLM> float_base;
+    models::CausalLM* base = lm.get();
+    if (s.quantize) {
+      float_base = models::causal_lm_from_pretrained(s.model, {.dtype = kiln::float32});
+      models::load_peft_adapter(*float_base, adapter_dir);
+      base = float_base.get();
+    }
+    nn::merge_lora(*base);
     const auto merged = std::filesystem::path(s.out) / "merged";
-    models::save_pretrained(*lm, merged);
+    models::save_pretrained(*base, merged);
     for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json"})
       if (std::filesystem::exists(std::filesystem::path(s.model) / f))
         std::filesystem::copy_file(std::filesystem::path(s.model) / f, merged / f,
@@ -354,6 +370,12 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", s.resume, "continue from the newest checkpoint in --out");
   app.add_flag("--gradient-checkpointing,!--no-gradient-checkpointing", s.gradient_checkpointing,
                "recompute each decoder layer in the backward pass instead of keeping its activations")
+      ->capture_default_str();
+  app.add_option("--quantize", s.quantize, "QLoRA: quantize the base model to 8 or 4 bits (0: float)")
+      ->check(CLI::IsMember({0, 2, 4, 8}))
+      ->capture_default_str();
+  app.add_option("--group-size", s.group_size, "values per quantization group (32, 64 or 128)")
+      ->check(CLI::IsMember({32, 64, 128}))
       ->capture_default_str();
   app.add_flag("--merge", s.merge, "also save <out>/merged: the adapters folded into a plain model folder");
   CLI11_PARSE(app, argc, argv);

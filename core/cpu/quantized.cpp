@@ -55,70 +55,89 @@ void dequantize_groups(const uint32_t* q, const C* scales, const C* biases, int6
   }
 }
 
-// y[r, j] for rows j0..j1 of W (n, k) and m <= kGemvRows rows of x. Bit field b of a group's word
-// i holds value i * per + b, so x comes permuted (xp: each group's values ordered by field, then
-// word) and a group's kGw words give, field by field, kGw lanes that load, shift and mask as one
-// vector and meet contiguous x values. Each lane sums its products with the group's scale, the
-// biases add bias * (the x group's sum), and a row's lanes are summed at its end: the loop
-// vectorizes without reassociation, so the order is the code's on every machine. Memory-bound
-// products (decoding) read only the packed words.
+// y[r, j] for rows j0..j1 of W (n, k) and m <= kGemvRows rows of x, over groups g0..g1. Bit field
+// b of a group's word i holds value i * per + b, so x comes permuted (xp): kG groups at a time (kL
+// = kG * kGw lanes, 16 where a group's words are fewer), ordered by field, then group, then word.
+// Their kL words then give, field by field, kL lanes that load, shift and mask as one vector and
+// meet contiguous x values. Each lane sums its products with its group's scale, the biases add
+// bias * (the x group's sum), and a row's lanes are summed at its end (added to y when
+// `accumulate`): the loop vectorizes without reassociation, so the order is the code's on every
+// machine. Memory-bound products (decoding) read only the packed words.
 constexpr int64_t kGemvRows = 4;
 
-template <class C, int kBits, int kGroup>
+template <int kBits, int kGroup>
+constexpr int groups_per_step() {
+  constexpr int kGw = kGroup / (32 / kBits);
+  return kGw >= 16 ? 1 : 16 / kGw;
+}
+
+template <class C, int kBits, int kGroup, int kG>
 KILN_SIMD_CLONES void gemv_rows(const C* __restrict xp, const C* __restrict xsums, int64_t m,
                                 const uint32_t* __restrict q, const C* __restrict scales,
-                                const C* __restrict biases, int64_t j0, int64_t j1, int64_t k,
-                                C* __restrict y, int64_t n) {
-  constexpr int kPer = 32 / kBits, kGw = kGroup / kPer;
+                                const C* __restrict biases, int64_t j0, int64_t j1, int64_t k, int64_t g0,
+                                int64_t g1, bool accumulate, C* __restrict y, int64_t n) {
+  constexpr int kPer = 32 / kBits, kGw = kGroup / kPer, kL = kG * kGw;
   constexpr uint32_t kMask = (uint32_t{1} << kBits) - 1;
   const int64_t groups = k / kGroup, words = k / kPer;
   for (int64_t j = j0; j < j1; ++j) {
-    C lanes[kGemvRows][kGw] = {};
+    C lanes[kGemvRows][kL] = {};
     C shift[kGemvRows] = {};
-    for (int64_t g = 0; g < groups; ++g) {
-      const uint32_t* packed = q + j * words + g * kGw;
-      C levels[kPer][kGw];
+    for (int64_t g = g0; g < g1; g += kG) {
+      const uint32_t* packed = q + j * words + g * kGw;  // kG groups' words, contiguous
+      C levels[kPer][kL], step_scales[kL];
       for (int b = 0; b < kPer; ++b)
-        for (int i = 0; i < kGw; ++i) levels[b][i] = static_cast<C>((packed[i] >> (b * kBits)) & kMask);
-      const C s = scales[j * groups + g], bias = biases[j * groups + g];
+        for (int l = 0; l < kL; ++l) levels[b][l] = static_cast<C>((packed[l] >> (b * kBits)) & kMask);
+      for (int gg = 0; gg < kG; ++gg)
+        for (int i = 0; i < kGw; ++i) step_scales[gg * kGw + i] = scales[j * groups + g + gg];
       for (int64_t r = 0; r < m; ++r) {
         const C* xg = xp + r * k + g * kGroup;
-        C t[kGw] = {};
+        C t[kL] = {};
         for (int b = 0; b < kPer; ++b)
-          for (int i = 0; i < kGw; ++i) t[i] += levels[b][i] * xg[b * kGw + i];
-        for (int i = 0; i < kGw; ++i) lanes[r][i] += s * t[i];
-        shift[r] += bias * xsums[r * groups + g];
+          for (int l = 0; l < kL; ++l) t[l] += levels[b][l] * xg[b * kL + l];
+        for (int l = 0; l < kL; ++l) lanes[r][l] += step_scales[l] * t[l];
+        for (int gg = 0; gg < kG; ++gg) shift[r] += biases[j * groups + g + gg] * xsums[r * groups + g + gg];
       }
     }
     for (int64_t r = 0; r < m; ++r) {
       C dot = 0;
-      for (int i = 0; i < kGw; ++i) dot += lanes[r][i];
-      y[r * n + j] = dot + shift[r];
+      for (int l = 0; l < kL; ++l) dot += lanes[r][l];
+      y[r * n + j] = (accumulate ? y[r * n + j] : C(0)) + (dot + shift[r]);
     }
   }
+}
+
+// x's groups g0..g1 in gemv_rows's order for steps of kG groups.
+template <class C, int kPer, int kGroup>
+void permute_groups(const C* x, int64_t g0, int64_t g1, int kG, C* xp) {
+  const int kGw = kGroup / kPer, kL = kG * kGw;
+  for (int64_t g = g0; g < g1; g += kG)
+    for (int gg = 0; gg < kG; ++gg)
+      for (int b = 0; b < kPer; ++b)
+        for (int i = 0; i < kGw; ++i)
+          xp[g * kGroup + b * kL + gg * kGw + i] = x[(g + gg) * kGroup + i * kPer + b];
 }
 
 template <class C, int kBits, int kGroup>
 void quantized_gemv(const C* x, int64_t m, const uint32_t* q, const C* scales, const C* biases, int64_t n,
                     int64_t k, C* y) {
-  constexpr int kPer = 32 / kBits, kGw = kGroup / kPer;
-  const int64_t groups = k / kGroup;
+  constexpr int kPer = 32 / kBits, kG = groups_per_step<kBits, kGroup>();
+  const int64_t groups = k / kGroup, main = groups / kG * kG;  // the rest go one group a step
   std::vector<C> xp(static_cast<size_t>(m * k)), xsums(static_cast<size_t>(m * groups), C(0));
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t g = 0; g < groups; ++g)
-      for (int b = 0; b < kPer; ++b)
-        for (int i = 0; i < kGw; ++i) {
-          const C v = x[r * k + g * kGroup + i * kPer + b];
-          xp[r * k + g * kGroup + b * kGw + i] = v;
-        }
-  for (int64_t r = 0; r < m; ++r)
+  for (int64_t r = 0; r < m; ++r) {
+    permute_groups<C, kPer, kGroup>(x + r * k, 0, main, kG, xp.data() + r * k);
+    permute_groups<C, kPer, kGroup>(x + r * k, main, groups, 1, xp.data() + r * k);
     for (int64_t g = 0; g < groups; ++g)
       for (int64_t i = 0; i < kGroup; ++i) xsums[r * groups + g] += x[r * k + g * kGroup + i];
+  }
   // Chunks of rows fixed by the shapes: about 16K weights a task.
   const int64_t rows = std::max<int64_t>(1, (int64_t{1} << 14) / k);
   parallel_for((n + rows - 1) / rows, 1, [&](int64_t b0, int64_t b1) {
-    gemv_rows<C, kBits, kGroup>(xp.data(), xsums.data(), m, q, scales, biases, b0 * rows,
-                                std::min(n, b1 * rows), k, y, n);
+    const int64_t j0 = b0 * rows, j1 = std::min(n, b1 * rows);
+    gemv_rows<C, kBits, kGroup, kG>(xp.data(), xsums.data(), m, q, scales, biases, j0, j1, k, 0, main, false,
+                                    y, n);
+    if (main < groups)
+      gemv_rows<C, kBits, kGroup, 1>(xp.data(), xsums.data(), m, q, scales, biases, j0, j1, k, main, groups,
+                                     true, y, n);
   });
 }
 

@@ -97,42 +97,53 @@ TEST(Quantize, ConstantGroupsAreExact) {
   EXPECT_EQ(values(dequantize(q.weight, q.scales, q.biases, 64, 4)), v);
 }
 
-// x @ W^T (W (out, in), transpose) and x @ W (W (in, out)) against the float64 product with the
-// reference dequantization, at batch 1, a few rows and 64 rows, with W spanning several blocks
-// (up to 4 rows of x take the matrix-vector kernel, more the blocks through OpenBLAS).
+// quantized_matmul of a random x (rows..., in) and W against the float64 product with the reference
+// dequantization.
+void check_product(Layout l, bool transpose, const Shape& rows, Dtype t, int64_t in, int64_t out,
+                   uint64_t seed) {
+  SCOPED_TRACE(std::to_string(l.bits) + " bits, group " + std::to_string(l.group_size) +
+               (transpose ? ", (out, in) " : ", (in, out) ") + std::to_string(in) + " x " +
+               std::to_string(out) + ", " + std::string(dtype_name(t)) + ", x rows " + shape_str(rows));
+  const Array w = random_array(transpose ? Shape{out, in} : Shape{in, out}, t, seed);
+  const QuantizedWeight q = quantize(w, l.group_size, l.bits);
+  Shape xs = rows;
+  xs.push_back(in);
+  const Array x = random_array(xs, t, seed + 1);
+  const Array y = quantized_matmul(x, q.weight, q.scales, q.biases, transpose, l.group_size, l.bits);
+  Shape ys = rows;
+  ys.push_back(out);
+  ASSERT_EQ(y.shape(), ys);
+  EXPECT_EQ(y.dtype(), t);
+  const std::vector<double> wd = reference_dequantize(q, l.group_size, l.bits), xd = values(x);
+  const int64_t m = x.size() / in;
+  std::vector<double> want(static_cast<size_t>(m * out), 0.0);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < out; ++j) {
+      double acc = 0;
+      for (int64_t c = 0; c < in; ++c) acc += xd[r * in + c] * (transpose ? wd[j * in + c] : wd[c * out + j]);
+      want[r * out + j] = acc;
+    }
+  const double tol = t == float64 ? 1e-12 : t == float32 ? 1e-4 : 3e-2;
+  expect_close(y, want, tol, tol * 4);
+}
+
+// Both layouts at batch 1, a few rows and 64 rows, with W spanning several blocks (up to 4 rows of
+// x take the matrix-vector kernel, more the blocks through OpenBLAS).
 TEST(QuantizedMatmul, MatchesTheDequantizedFloat64Product) {
   uint64_t seed = 100;
   for (const Layout& l : {Layout{32, 4}, Layout{64, 8}, Layout{128, 2}, Layout{64, 4}})
     for (bool transpose : {true, false})
       for (const Shape& rows : {Shape{1}, Shape{2, 2}, Shape{3, 2}, Shape{64}})
-        for (Dtype t : {float32, float64, bfloat16}) {
-          SCOPED_TRACE(std::to_string(l.bits) + " bits, group " + std::to_string(l.group_size) +
-                       (transpose ? ", (out, in)" : ", (in, out)") + ", " + std::string(dtype_name(t)) +
-                       ", x rows " + shape_str(rows));
-          const int64_t in = 384, out = 256;  // W is 98304 values: two blocks or more
-          const Array w = random_array(transpose ? Shape{out, in} : Shape{in, out}, t, seed++);
-          const QuantizedWeight q = quantize(w, l.group_size, l.bits);
-          Shape xs = rows;
-          xs.push_back(in);
-          const Array x = random_array(xs, t, seed++);
-          const Array y = quantized_matmul(x, q.weight, q.scales, q.biases, transpose, l.group_size, l.bits);
-          Shape ys = rows;
-          ys.push_back(out);
-          ASSERT_EQ(y.shape(), ys);
-          EXPECT_EQ(y.dtype(), t);
-          const std::vector<double> wd = reference_dequantize(q, l.group_size, l.bits), xd = values(x);
-          const int64_t m = x.size() / in;
-          std::vector<double> want(static_cast<size_t>(m * out), 0.0);
-          for (int64_t r = 0; r < m; ++r)
-            for (int64_t j = 0; j < out; ++j) {
-              double acc = 0;
-              for (int64_t c = 0; c < in; ++c)
-                acc += xd[r * in + c] * (transpose ? wd[j * in + c] : wd[c * out + j]);
-              want[r * out + j] = acc;
-            }
-          const double tol = t == float64 ? 1e-12 : t == float32 ? 1e-4 : 3e-2;
-          expect_close(y, want, tol, tol * 4);
-        }
+        for (Dtype t : {float32, float64, bfloat16})  // W 384 x 256: 98304 values, two blocks or more
+          check_product(l, transpose, rows, t, 384, 256, seed += 2);
+}
+
+// The matrix-vector kernel takes several groups a step (16 lanes); a count of groups that is no
+// multiple of that leaves groups it takes one at a time.
+TEST(QuantizedMatmul, MatrixVectorKernelTakesTheLeftoverGroups) {
+  uint64_t seed = 300;
+  for (const Layout& l : {Layout{64, 4}, Layout{32, 4}, Layout{32, 2}, Layout{64, 2}, Layout{32, 8}})
+    for (const Shape& rows : {Shape{1}, Shape{3}}) check_product(l, true, rows, float32, 320, 40, seed += 2);
 }
 
 TEST(QuantizedMatmul, PromotesAndHandlesEmptyOperands) {
