@@ -1,6 +1,9 @@
 #include "kiln/models/pretrained/pretrained.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "common_impl.h"
 #include "kiln/core/error.h"
@@ -9,6 +12,7 @@
 #include "kiln/models/pretrained/bert.h"
 #include "kiln/models/pretrained/gpt2.h"
 #include "kiln/models/pretrained/llama.h"
+#include "kiln/nn/layers/quantized.h"
 
 namespace kiln::models {
 
@@ -108,11 +112,77 @@ std::unique_ptr<CausalLM> causal_lm_from_pretrained(const std::filesystem::path&
                        dir.string(), model->model_type());
 }
 
+namespace {
+
+// The options every quantized Linear and Embedding of `model` shares, or none when none is
+// quantized. Throws NotImplemented for a GPT-2 (its Conv1D weights are written transposed) or for
+// layers quantized differently (config.json has one entry).
+std::optional<nn::QuantizeOptions> quantization_of(const PretrainedModel& model) {
+  std::optional<nn::QuantizeOptions> found;
+  for (const auto& [key, m] : model.named_modules()) {
+    std::optional<nn::QuantizeOptions> q;
+    if (const auto* l = dynamic_cast<const nn::Linear*>(m)) q = l->quantization();
+    if (const auto* e = dynamic_cast<const nn::Embedding*>(m)) q = e->quantization();
+    if (!q) continue;
+    if (model.model_type() == "gpt2")
+      throw NotImplemented::of(
+          "save_pretrained", "a quantized GPT-2 cannot be written in its checkpoint layout",
+          "{}: GPT-2 stores Conv1D weights (in, out), and packed words cannot be transposed", key);
+    if (found && !(*found == *q))
+      throw NotImplemented::of("save_pretrained", "layers quantized with different options",
+                               "{}: {} bits in groups of {}, others {} in groups of {}", key, q->bits,
+                               q->group_size, found->bits, found->group_size);
+    found = q;
+  }
+  return found;
+}
+
+}  // namespace
+
+namespace detail {
+
+void quantize_as_checkpoint(PretrainedModel& model, const PretrainedFiles& files) {
+  if (!files.config.has("quantization")) return;
+  const std::string& source = files.config.source();
+  const HfConfig q = files.config.get_object("quantization");
+  const int64_t bits = q.get_int("bits"), group_size = q.get_int("group_size", 64);
+  if (bits != 2 && bits != 4 && bits != 8)
+    throw FormatError::of(kLoad, "quantization bits must be 2, 4 or 8", "{}: {}", source, bits);
+  if (group_size != 32 && group_size != 64 && group_size != 128)
+    throw FormatError::of(kLoad, "quantization group_size must be 32, 64 or 128", "{}: {}", source,
+                          group_size);
+  if (model.model_type() == "gpt2")
+    throw NotImplemented::of(
+        kLoad, "quantized GPT-2 folders are not supported",
+        "{}: GPT-2 stores Conv1D weights (in, out), and packed words cannot be transposed", source);
+  // A layer is quantized where its scales are stored (under its key, or without "model." for a
+  // bare decoder's checkpoint), as MLX decides on load.
+  std::vector<std::string> skip;
+  size_t found = 0;
+  for (const auto& [key, m] : model.named_modules()) {
+    if (!dynamic_cast<nn::Linear*>(m) && !dynamic_cast<nn::Embedding*>(m)) continue;
+    const bool stored = files.tensors.contains(key + ".scales") ||
+                        (starts_with(key, "model.") && files.tensors.contains(key.substr(6) + ".scales"));
+    if (stored)
+      ++found;
+    else
+      skip.push_back(key);
+  }
+  if (found == 0)
+    throw FormatError::of(kLoad, "config.json names a quantization but the weights hold no scales", "{}",
+                          source);
+  nn::quantize(model,
+               {.bits = static_cast<int>(bits), .group_size = static_cast<int>(group_size), .skip = skip});
+}
+
+}  // namespace detail
+
 void save_pretrained(const PretrainedModel& model, const std::filesystem::path& dir,
                      int64_t max_shard_bytes) {
   constexpr const char* op = "save_pretrained";
   if (max_shard_bytes <= 0)
     throw ValueError::of(op, "max_shard_bytes must be > 0", "got {}", max_shard_bytes);
+  const std::optional<nn::QuantizeOptions> quantization = quantization_of(model);
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) throw RuntimeError::of(op, "cannot create the folder", "{}: {}", dir.string(), error.message());
@@ -131,6 +201,14 @@ void save_pretrained(const PretrainedModel& model, const std::filesystem::path& 
   HfConfig config = model.hf_config();
   config.set("model_type", model.model_type());
   config.set("torch_dtype", std::string(dtype_name(model.dtype())));
+  if (quantization) {  // MLX's entry
+    HfConfig q;
+    q.set("group_size", quantization->group_size);
+    q.set("bits", quantization->bits);
+    config.set("quantization", q);
+  } else {
+    config.erase("quantization");
+  }
   config.write(dir / "config.json");
 }
 

@@ -126,11 +126,20 @@ std::unique_ptr<CausalLM> causal_lm_from_pretrained(const std::filesystem::path&
 
 /// Writes config.json and model.safetensors (or, past max_shard_bytes, shards and
 /// model.safetensors.index.json) to `dir` (created if missing), in the checkpoint's layout, with
-/// the `format: pt` metadata transformers expects. Throws what io::save_safetensors throws.
+/// the `format: pt` metadata transformers expects. A model quantized by nn::quantize is written as
+/// MLX writes one (its "quantization" entry in config.json). Throws what io::save_safetensors
+/// throws, and NotImplemented for a quantized GPT-2 or layers quantized with different options.
 void save_pretrained(const PretrainedModel& model, const std::filesystem::path& dir,
                      int64_t max_shard_bytes = int64_t{5} << 30);
 
 namespace detail {
+/// A folder quantized as MLX writes it (config.json's "quantization": {"group_size", "bits"}):
+/// quantizes each Linear and Embedding of `model` whose "<key>.scales" the files hold, so that the
+/// packed weights load. No-op without that entry. Throws FormatError naming config.json for bits
+/// or a group size kiln lacks, or when the weights hold no scales; NotImplemented for GPT-2, whose
+/// Conv1D weights are stored transposed.
+void quantize_as_checkpoint(PretrainedModel& model, const PretrainedFiles& files);
+
 /// The common part of every class's from_pretrained: builds M from its config read with
 /// `M::Config::from_hf(config, dtype, options)` and loads the weights.
 template <class M>
@@ -138,6 +147,7 @@ std::unique_ptr<M> load_pretrained(const std::filesystem::path& dir, const LoadO
   PretrainedFiles files = read_pretrained(dir);
   auto model =
       std::make_unique<M>(M::Config::from_hf(files.config, options.dtype.value_or(files.dtype), options));
+  quantize_as_checkpoint(*model, files);
   model->load_checkpoint(files.tensors);
   model->eval_mode();  // as transformers' from_pretrained: train() before fine-tuning
   return model;
