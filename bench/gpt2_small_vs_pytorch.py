@@ -115,7 +115,7 @@ def main():
     if args.device == "gpu":
         os.environ["KILN_DEVICE"] = "gpu"
     raw = kiln_medians(args.build, "gpt2_small_bench", args.threads, "BM_kiln_gpt2_small_", repetitions=3,
-                       keep_arg=True)
+                       keep_args=True)
     # Google Benchmark's time is per iteration: one token for decode.
     k = {"train_step": raw["train_step"], **{f"decode {p}": raw[f"decode/{p}"] for p in STARTS}}
     t, version = torch_figures(args.threads, args.device)

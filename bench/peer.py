@@ -19,11 +19,10 @@ def median_ms(fn, repeats, warmup=5):
     return statistics.median(samples)
 
 
-def kiln_medians(build, program, threads, prefix, repetitions=5, keep_arg=False, filter=None, keep_args=False):
+def kiln_medians(build, program, threads, prefix, repetitions=5, keep_args=False, filter=None):
     """Runs build/bench/<program> on `threads` threads (only the benchmarks matching `filter`, a
     --benchmark_filter regex, when given); returns {benchmark name without prefix: median ms} (with
-    keep_arg, a benchmark's first argument stays in its name: "decode/256"; with keep_args, all of
-    them: "decode_quantized/4/512")."""
+    keep_args, the benchmark's arguments stay in its name: "decode/256", "decode_quantized/4/512")."""
     exe = os.path.join(build, "bench", program)
     if not os.path.exists(exe):
         sys.exit(f"{exe} not found: build with `make bench` (or -DKILN_BENCH=ON) first")
@@ -40,8 +39,6 @@ def kiln_medians(build, program, threads, prefix, repetitions=5, keep_arg=False,
             name = parts[0].replace(prefix, "")
             if keep_args:
                 name = "/".join([name] + [p for p in parts[1:] if p.isdigit()])
-            elif keep_arg and len(parts) > 1 and parts[1].isdigit():
-                name += "/" + parts[1]
             scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
             out[name] = b["real_time"] * scale
     return out

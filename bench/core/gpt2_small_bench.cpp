@@ -12,8 +12,8 @@
 #include <kiln/kiln.h>
 #include <kiln/models/gpt.h>
 
+#include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 namespace {
@@ -61,9 +61,7 @@ BENCHMARK(BM_kiln_gpt2_small_train_step)->Unit(benchmark::kMillisecond)->UseReal
 // GPT-2 small in eval mode, float32 (bits 32) or quantized with nn::quantize (groups of 64), its
 // initialization evaluated here rather than in the first token's time.
 const models::Gpt& decoder(int bits = 32) {
-  static std::unique_ptr<models::Gpt> models[33];
-  static std::mutex mu;
-  std::lock_guard lock(mu);
+  static std::map<int, std::unique_ptr<models::Gpt>> models;  // benchmarks run one at a time
   std::unique_ptr<models::Gpt>& m = models[bits];
   if (!m) {
     m = std::make_unique<models::Gpt>(gpt2_small());

@@ -223,12 +223,14 @@ namespace {
 // Gives `out` the device buffer of `x` when nothing else can see x's values: the node only in the
 // consumer's input list, its Buffer only in the node, the device memory only in the Buffer and
 // in this thread's recording (no other thread's recording or pending submit reads it), and no host
-// copy that would go stale. The GPU twin of Array::donate_from, which takes host buffers only. A
-// captured program replays its bindings, so nothing is donated while capturing.
+// copy that would go stale. The GPU twin of Array::donate_from (the same rule for traced values),
+// which takes host buffers only. A captured program replays its bindings, so nothing is donated
+// while capturing.
 bool donate_device_buffer(vk::Recorder& r, const Array& x, Array& out) {
   if (r.mode() != vk::Recorder::Mode::submit || x.node_ptr().use_count() != 1) return false;
   const detail::ArrayNode& n = x.node();
-  if (n.tracer || !n.row_contiguous || n.offset != 0 || n.dtype != out.dtype() || n.size != out.size())
+  if ((n.tracer && detail::in_trace()) || !n.row_contiguous || n.offset != 0 || n.dtype != out.dtype() ||
+      n.size != out.size())
     return false;
   const std::shared_ptr<detail::Buffer>& b = n.buffer;
   if (!b || b.use_count() != 1 || b->external() || b->on_host() || !b->on_device()) return false;
