@@ -66,6 +66,7 @@
 #include "kiln/nn/layers/transformer.h"
 #include "kiln/nn/losses.h"
 #include "kiln/nn/materialized_module.h"
+#include "kiln/nn/mixed_precision.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/param_tree.h"
 #include "kiln/nn/value_and_grad.h"

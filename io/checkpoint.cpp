@@ -22,6 +22,7 @@
 #include <istream>
 #include <memory>
 #include <ostream>
+#include <span>
 #include <streambuf>
 #include <string_view>
 #include <system_error>
@@ -53,14 +54,18 @@ constexpr int64_t kHeaderBytes = 24;  // magic, version, section count, checksum
 constexpr int64_t kFrameBytes = 32;   // tag, length, payload checksum, frame checksum
 constexpr size_t kBufferBytes = size_t{1} << 20;
 
-// The sections of format version 1, in file order.
+// The sections, in file order: version 1 has the first four, version 2 all five.
 struct SectionSpec {
   std::string_view tag;  // at most 8 characters, NUL-padded in the file
   const char* name;      // used in error messages
 };
-constexpr SectionSpec kSections[] = {
-    {"STATE", "state"}, {"PARAMS", "parameters"}, {"OPTIM", "optimizer_state"}, {"METADATA", "metadata"}};
+constexpr SectionSpec kSections[] = {{"STATE", "state"},
+                                     {"PARAMS", "parameters"},
+                                     {"OPTIM", "optimizer_state"},
+                                     {"METADATA", "metadata"},
+                                     {"SCALER", "grad_scaler_state"}};
 constexpr uint32_t kSectionCount = std::size(kSections);
+uint32_t section_count(uint32_t version) { return version == 1 ? 4 : kSectionCount; }
 
 // File codes of dtypes: the index is the code. Fixed forever: append, never reorder.
 constexpr Dtype kDtypeCodes[] = {bool_,    uint8,   int8,    int32, int64,  uint32, float16,
@@ -221,6 +226,8 @@ void save_payload(OutArchive& ar, const Checkpoint& c, int section) {
       return save_tree(ar, c.parameters);
     case 2:
       return save_tree(ar, c.optimizer_state);
+    case 4:
+      return save_tree(ar, c.grad_scaler_state);
     default:
       ar(static_cast<uint64_t>(c.metadata.size()));
       for (const auto& [key, value] : c.metadata) {
@@ -308,16 +315,16 @@ std::vector<SectionRange> verify_layout(const InputFile& file) {
   if (get_le(h + 16, 8) != XXH3_64bits(h, 16) && kVerifyChecksums)
     throw FormatError::of(kLoad, "corrupted header (checksum mismatch)", "{}", path);
   const auto count = static_cast<uint32_t>(get_le(h + 12, 4));
-  if (count != kSectionCount)
+  if (count != section_count(version))
     throw FormatError::of(kLoad, "wrong number of sections", "{}: {}, version {} has {}", path, count,
-                          version, kSectionCount);
+                          version, section_count(version));
 
   std::vector<SectionRange> sections;
   std::vector<char> chunk(static_cast<size_t>(std::min<int64_t>(size, kBufferBytes)));
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
   if (!state) throw std::bad_alloc();
   int64_t offset = kHeaderBytes;
-  for (const SectionSpec& spec : kSections) {
+  for (const SectionSpec& spec : std::span(kSections, count)) {
     if (size - offset < kFrameBytes)
       throw FormatError::of(kLoad, "truncated file",
                             "{}: section '{}' would start at offset {}, the file has {} bytes", path,
@@ -558,6 +565,9 @@ void load_payload(PayloadReader& r, Checkpoint& c, int section) {
     case 2:
       c.optimizer_state = r.tree();
       return;
+    case 4:
+      c.grad_scaler_state = r.tree();
+      return;
     default: {
       const uint64_t n = r.count("metadata entry count", 16);  // two string lengths
       for (uint64_t i = 0; i < n; ++i) {
@@ -580,9 +590,11 @@ void save_checkpoint(const std::filesystem::path& path, const Checkpoint& c) {
                          c.data_position->epoch, c.data_position->batch, path.string());
   check_tree(c.parameters, "parameters");
   check_tree(c.optimizer_state, "optimizer state");
+  check_tree(c.grad_scaler_state, "grad scaler state");
 
   std::vector<Array> arrays = c.parameters.values();
   for (const Array& a : c.optimizer_state.values()) arrays.push_back(a);
+  for (const Array& a : c.grad_scaler_state.values()) arrays.push_back(a);
   if (c.random_key.valid()) arrays.push_back(c.random_key);
   kiln::eval(arrays);  // computation errors surface here, before any file exists
 
@@ -637,6 +649,14 @@ Checkpoint make_checkpoint(const nn::Module& model, const optim::Optimizer& opti
   return c;
 }
 
+Checkpoint make_checkpoint(const nn::Module& model, const optim::Optimizer& optimizer,
+                           const optim::GradScaler& scaler, const DataLoader* loader,
+                           std::map<std::string, std::string> metadata) {
+  Checkpoint c = make_checkpoint(model, optimizer, loader, std::move(metadata));
+  c.grad_scaler_state = scaler.state();
+  return c;
+}
+
 void save_checkpoint(const std::filesystem::path& path, const nn::Module& model,
                      const optim::Optimizer& optimizer, const DataLoader* loader,
                      std::map<std::string, std::string> metadata) {
@@ -668,6 +688,17 @@ void restore_checkpoint(const Checkpoint& c, nn::Module& model, optim::Optimizer
   }
   if (c.default_key_state) random::set_default_key_state(*c.default_key_state);
   if (loader) loader->set_position(*c.data_position);
+}
+
+void restore_checkpoint(const Checkpoint& c, nn::Module& model, optim::Optimizer& optimizer,
+                        optim::GradScaler& scaler, DataLoader* loader) {
+  if (c.grad_scaler_state.empty())
+    throw KeyError::of(kRestore, "the checkpoint has no grad_scaler_state", "but a GradScaler was given");
+  // The scaler's checks on a copy first: after restore_checkpoint succeeds nothing can fail.
+  optim::GradScaler checked = scaler;
+  checked.set_state(c.grad_scaler_state);
+  restore_checkpoint(c, model, optimizer, loader);
+  scaler = checked;
 }
 
 }  // namespace kiln::io

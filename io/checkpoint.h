@@ -11,16 +11,17 @@
 // never a mix (only the temporary file may remain). CheckpointManager (checkpoint_manager.h)
 // keeps the last N of a run in a folder.
 //
-// File format, version 1 (integers little-endian; XXH3 is XXH3_64bits of xxHash):
+// File format, version 2 (integers little-endian; XXH3 is XXH3_64bits of xxHash):
 //   header   "KILNCKPT", u32 format version, u32 section count, u64 XXH3 of those 16 bytes
 //   section  u8[8] tag (NUL-padded), u64 payload length, u64 XXH3 of the payload,
 //            u64 XXH3 of these 24 bytes, then the payload
-// Version 1 has four sections, in this order:
+// Version 2 has five sections, in this order (version 1, also read, the first four):
 //   "STATE"    i64 step, u8 has_key_state [u64 seed, u64 count], u8 has_position [i64 epoch,
 //              i64 batch], u8 has_random_key [array]
 //   "PARAMS"   tree (the parameters)
 //   "OPTIM"    tree (the optimizer state)
 //   "METADATA" u64 count, then count x (string key, string value)
+//   "SCALER"   tree (optim::GradScaler's state; empty without one)
 // Payloads are cereal portable-binary archives (so each starts with one endianness byte, 1):
 //   tree     u64 count, then count x (string key, array)
 //   string   u64 length, the bytes
@@ -38,12 +39,13 @@
 #include "kiln/io/data_loader.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/param_tree.h"
+#include "kiln/optim/grad_scaler.h"
 #include "kiln/optim/optimizer.h"
 
 namespace kiln::io {
 
 /// The format version save_checkpoint writes; load_checkpoint reads versions 1 to this one.
-inline constexpr uint32_t kCheckpointVersion = 1;
+inline constexpr uint32_t kCheckpointVersion = 2;
 
 /// Everything needed to continue training exactly where it stopped.
 struct Checkpoint {
@@ -55,6 +57,7 @@ struct Checkpoint {
   std::optional<random::DefaultKeyState> default_key_state;
   std::optional<DataPosition> data_position;    ///< the batch the DataLoader delivers next
   std::map<std::string, std::string> metadata;  ///< free-form: configuration, git commit, ...
+  nn::ParamTree grad_scaler_state;              ///< optim::GradScaler::state(), or empty
 };
 
 /// Writes `checkpoint` to `path` atomically (see the header comment): on any error the file that
@@ -83,6 +86,11 @@ Checkpoint make_checkpoint(const nn::Module& model, const optim::Optimizer& opti
                            const DataLoader* loader = nullptr,
                            std::map<std::string, std::string> metadata = {});
 
+/// make_checkpoint with the loss scaler's state (float16 training) in grad_scaler_state.
+Checkpoint make_checkpoint(const nn::Module& model, const optim::Optimizer& optimizer,
+                           const optim::GradScaler& scaler, const DataLoader* loader = nullptr,
+                           std::map<std::string, std::string> metadata = {});
+
 /// save_checkpoint(path, make_checkpoint(model, optimizer, loader, metadata)).
 void save_checkpoint(const std::filesystem::path& path, const nn::Module& model,
                      const optim::Optimizer& optimizer, const DataLoader* loader = nullptr,
@@ -98,5 +106,9 @@ void save_checkpoint(const std::filesystem::path& path, const nn::Module& model,
 /// epoch.
 void restore_checkpoint(const Checkpoint& checkpoint, nn::Module& model, optim::Optimizer& optimizer,
                         DataLoader* loader = nullptr);
+/// restore_checkpoint with the loss scaler too (GradScaler::set_state), all or nothing: a
+/// checkpoint without grad_scaler_state is a KeyError naming it, and nothing changes.
+void restore_checkpoint(const Checkpoint& checkpoint, nn::Module& model, optim::Optimizer& optimizer,
+                        optim::GradScaler& scaler, DataLoader* loader = nullptr);
 
 }  // namespace kiln::io

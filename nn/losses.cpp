@@ -11,6 +11,7 @@
 #include "kiln/core/ops/ternary.h"
 #include "kiln/core/ops/unary.h"
 #include "kiln/nn/activations.h"
+#include "kiln/nn/mixed_precision.h"
 
 namespace kiln::nn {
 
@@ -144,7 +145,10 @@ Array clamped_log(const Array& p) {
 
 }  // namespace
 
-Array cross_entropy(const Array& logits, const Array& targets, const CrossEntropyOptions& options) {
+Array cross_entropy(const Array& logits_in, const Array& targets_in, const CrossEntropyOptions& options) {
+  // 16-bit inputs (a mixed-precision model's logits) are taken up: the loss accumulates in float32.
+  const Array logits = detail::to_float32(logits_in);
+  const Array targets = detail::to_float32(targets_in);
   constexpr const char* kOp = "cross_entropy";
   check_float(kOp, logits, "logits");
   check_valid(kOp, targets, "targets");
@@ -186,7 +190,9 @@ Array cross_entropy(const Array& logits, const Array& targets, const CrossEntrop
                            options.ignore_index, smoothing, options.reduction);
 }
 
-Array nll_loss(const Array& log_probs, const Array& targets, const NllLossOptions& options) {
+Array nll_loss(const Array& log_probs_in, const Array& targets, const NllLossOptions& options) {
+  // 16-bit inputs (a mixed-precision model's logits) are taken up: the loss accumulates in float32.
+  const Array log_probs = detail::to_float32(log_probs_in);
   constexpr const char* kOp = "nll_loss";
   check_float(kOp, log_probs, "log_probs");
   check_valid(kOp, targets, "targets");
@@ -198,8 +204,11 @@ Array nll_loss(const Array& log_probs, const Array& targets, const NllLossOption
                            options.reduction);
 }
 
-Array binary_cross_entropy(const Array& probs, const Array& targets,
+Array binary_cross_entropy(const Array& probs_in, const Array& targets_in,
                            const BinaryCrossEntropyOptions& options) {
+  // 16-bit inputs (a mixed-precision model's logits) are taken up: the loss accumulates in float32.
+  const Array probs = detail::to_float32(probs_in);
+  const Array targets = detail::to_float32(targets_in);
   constexpr const char* kOp = "binary_cross_entropy";
   check_same_shape(kOp, probs, "probs", targets, "targets");
   check_float(kOp, probs, "probs");
@@ -209,8 +218,11 @@ Array binary_cross_entropy(const Array& probs, const Array& targets,
   return reduce(loss, options.reduction, kOp);
 }
 
-Array binary_cross_entropy_with_logits(const Array& logits, const Array& targets,
+Array binary_cross_entropy_with_logits(const Array& logits_in, const Array& targets_in,
                                        const BinaryCrossEntropyWithLogitsOptions& options) {
+  // 16-bit inputs (a mixed-precision model's logits) are taken up: the loss accumulates in float32.
+  const Array logits = detail::to_float32(logits_in);
+  const Array targets = detail::to_float32(targets_in);
   constexpr const char* kOp = "binary_cross_entropy_with_logits";
   check_same_shape(kOp, logits, "logits", targets, "targets");
   check_float(kOp, logits, "logits");
@@ -227,17 +239,26 @@ Array binary_cross_entropy_with_logits(const Array& logits, const Array& targets
   return reduce(loss, options.reduction, kOp);
 }
 
-Array mse_loss(const Array& input, const Array& target, Reduction reduction) {
+Array mse_loss(const Array& input_in, const Array& target_in, Reduction reduction) {
+  // 16-bit inputs (a mixed-precision model's logits) are taken up: the loss accumulates in float32.
+  const Array input = detail::to_float32(input_in);
+  const Array target = detail::to_float32(target_in);
   check_same_shape("mse_loss", input, "input", target, "target");
   return reduce(square(input - target), reduction, "mse_loss");
 }
 
-Array l1_loss(const Array& input, const Array& target, Reduction reduction) {
+Array l1_loss(const Array& input_in, const Array& target_in, Reduction reduction) {
+  // 16-bit inputs (a mixed-precision model's logits) are taken up: the loss accumulates in float32.
+  const Array input = detail::to_float32(input_in);
+  const Array target = detail::to_float32(target_in);
   check_same_shape("l1_loss", input, "input", target, "target");
   return reduce(abs(input - target), reduction, "l1_loss");
 }
 
-Array smooth_l1_loss(const Array& input, const Array& target, const SmoothL1LossOptions& options) {
+Array smooth_l1_loss(const Array& input_in, const Array& target_in, const SmoothL1LossOptions& options) {
+  // 16-bit inputs (a mixed-precision model's logits) are taken up: the loss accumulates in float32.
+  const Array input = detail::to_float32(input_in);
+  const Array target = detail::to_float32(target_in);
   constexpr const char* kOp = "smooth_l1_loss";
   check_same_shape(kOp, input, "input", target, "target");
   const double beta = options.beta;
@@ -249,7 +270,10 @@ Array smooth_l1_loss(const Array& input, const Array& target, const SmoothL1Loss
                 kOp);
 }
 
-Array huber_loss(const Array& input, const Array& target, const HuberLossOptions& options) {
+Array huber_loss(const Array& input_in, const Array& target_in, const HuberLossOptions& options) {
+  // 16-bit inputs (a mixed-precision model's logits) are taken up: the loss accumulates in float32.
+  const Array input = detail::to_float32(input_in);
+  const Array target = detail::to_float32(target_in);
   constexpr const char* kOp = "huber_loss";
   check_same_shape(kOp, input, "input", target, "target");
   const double delta = options.delta;
@@ -260,7 +284,10 @@ Array huber_loss(const Array& input, const Array& target, const HuberLossOptions
                 options.reduction, kOp);
 }
 
-Array kl_div(const Array& input, const Array& target, const KlDivOptions& options) {
+Array kl_div(const Array& input_in, const Array& target_in, const KlDivOptions& options) {
+  // 16-bit inputs (a mixed-precision model's logits) are taken up: the loss accumulates in float32.
+  const Array input = detail::to_float32(input_in);
+  const Array target = detail::to_float32(target_in);
   constexpr const char* kOp = "kl_div";
   check_same_shape(kOp, input, "input", target, "target");
   Array loss;

@@ -123,6 +123,11 @@ void Module::train(bool training) {
   for (auto& [key, m] : named_modules()) m->training_ = training;
 }
 
+void Module::set_mixed_precision(std::optional<MixedPrecision> policy) {
+  if (policy) detail::check_policy("Module::set_mixed_precision", *policy);
+  for (auto& [key, m] : named_modules()) m->mixed_precision_ = policy;
+}
+
 namespace detail {
 void ModuleAccess::assign(Module& m, const std::vector<std::pair<std::string, ParameterInfo*>>& slots,
                           std::span<const Array> values) {

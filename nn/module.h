@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "kiln/core/array.h"
+#include "kiln/nn/mixed_precision.h"
 #include "kiln/nn/param_tree.h"
 
 namespace kiln::nn {
@@ -129,6 +131,13 @@ class Module {
   void eval_mode() { train(false); }
   bool is_training() const { return training_; }
 
+  /// Puts a mixed-precision policy (nn::MixedPrecision, mixed_precision.h) on this module and every
+  /// descendant, or lifts it (std::nullopt); modules added later have none of their own. Parameters
+  /// keep their dtype. Throws ValueError for a compute dtype other than float16 or bfloat16.
+  void set_mixed_precision(std::optional<MixedPrecision> policy);
+  /// This module's own policy (a MixedPrecisionScope's is not included).
+  const std::optional<MixedPrecision>& mixed_precision() const { return mixed_precision_; }
+
   /// Freezes parameters: with no keys, all of them (recurse) or only this module's own; a key
   /// names a parameter ("fc1.bias") or a submodule ("fc1", whose parameters are frozen, its
   /// descendants' too when recurse). A key that names nothing is a KeyError and nothing changes.
@@ -178,6 +187,7 @@ class Module {
   };
   std::vector<Slot> slots_;
   bool training_ = true;
+  std::optional<MixedPrecision> mixed_precision_;
 };
 
 /// A child module slot: constructs its T in place from the remaining arguments.

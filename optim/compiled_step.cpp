@@ -4,8 +4,12 @@
 #include <span>
 
 #include "kiln/core/error.h"
+#include "kiln/core/ops/binary.h"
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/ops/creation.h"
+#include "kiln/core/ops/reduce.h"
+#include "kiln/core/ops/ternary.h"
+#include "kiln/core/ops/unary.h"
 #include "kiln/nn/value_and_grad.h"
 
 namespace kiln::optim {
@@ -13,13 +17,17 @@ namespace {
 std::string slot_key(const std::string& key, std::string_view slot) { return key + "." + std::string(slot); }
 }  // namespace
 
-CompiledStep::CompiledStep(nn::Module& model, Optimizer& optimizer, Loss loss)
-    : model_(model), opt_(optimizer), loss_(std::move(loss)) {
+CompiledStep::CompiledStep(nn::Module& model, Optimizer& optimizer, Loss loss, GradScaler* scaler)
+    : model_(model),
+      opt_(optimizer),
+      loss_(std::move(loss)),
+      scaler_(scaler && scaler->options().enabled ? scaler : nullptr) {
   if (!loss_) throw ValueError::of("CompiledStep", "the loss is an empty std::function");
 }
 
-// in = params (n), each parameter's slots in slot_names_ order, the batch, the host scalars.
-// out = loss, new params (n), new slots (same order).
+// in = params (n), each parameter's slots in slot_names_ order, the batch, the host scalars, and
+// with a scaler the loss scale. out = loss, new params (n), new slots (same order), and with a
+// scaler whether every gradient was finite (the new values are then the old ones where not).
 std::vector<Array> CompiledStep::traced_step(const std::vector<Array>& in) const {
   const size_t n = keys_.size();
   std::vector<Array> params(in.begin(), in.begin() + static_cast<long>(n));
@@ -30,18 +38,38 @@ std::vector<Array> CompiledStep::traced_step(const std::vector<Array>& in) const
   const std::vector<Array> batch(in.begin() + static_cast<long>(at),
                                  in.begin() + static_cast<long>(at + batch_size_));
   at += batch_size_;
-  const std::vector<Array> scalars(in.begin() + static_cast<long>(at), in.end());
+  const std::vector<Array> scalars(in.begin() + static_cast<long>(at), in.end() - (scaler_ ? 1 : 0));
 
   const auto traced_slots = nn::detail::ModuleAccess::slots(model_, /*trainable_only=*/true);
-  auto [value, grads] = nn::detail::value_and_grad_at(traced_slots, params, [&] { return loss_(batch); });
+  const Array scale = scaler_ ? in.back() : Array();
+  auto [value, grads] = nn::detail::value_and_grad_at(traced_slots, params, [&] {
+    const Array l = loss_(batch);
+    return scaler_ ? nn::detail::to_float32(l) * scale : l;
+  });
+  Array finite;
+  if (scaler_) {
+    value = value / scale;
+    finite = Array(true);
+    for (Array& g : grads) {
+      g = astype(nn::detail::to_float32(g) / scale, g.dtype());
+      finite = logical_and(finite, all(isfinite(g)));
+    }
+  }
   std::vector<Array> out{value};
   for (size_t i = 0; i < n; ++i) {
     std::vector<Array> typed;
     for (const Array& s : scalars) typed.push_back(astype(s, params[i].dtype()));
-    out.push_back(opt_.update_one_traced(params[i], grads[i], typed, slots[i]));
+    const Optimizer::Slots before = slots[i];
+    Array next = opt_.update_one_traced(params[i], grads[i], typed, slots[i]);
+    if (scaler_) {  // a step with an inf or NaN gradient keeps everything as it was
+      next = where(finite, next, params[i]);
+      for (auto& [name, v] : slots[i]) v = where(finite, v, before.at(name));
+    }
+    out.push_back(next);
   }
   for (size_t i = 0; i < n; ++i)
     for (const std::string& name : slot_names_[i]) out.push_back(slots[i].at(name));
+  if (scaler_) out.push_back(finite);
   return out;
 }
 
@@ -116,7 +144,14 @@ Array CompiledStep::operator()(const std::vector<Array>& batch) {
   // In the first parameter's dtype (converted per parameter in the trace when they differ).
   const Dtype scalar_dtype = slots[0].second->value().dtype();
   for (double s : scalars) inputs.push_back(Array(s, scalar_dtype));
+  if (scaler_) inputs.push_back(Array(scaler_->scale_value(), float32));
   const std::vector<Array> out = (*fn_)(inputs);
+  if (scaler_) {
+    // One host read, as PyTorch's scaler.step: a skipped step changes nothing but the scale.
+    const bool finite = out.back().item<bool>();
+    scaler_->update(finite);
+    if (!finite) return out[0];
+  }
 
   // Commit, as Optimizer::apply and Module::update would (nothing below can fail but allocation).
   const size_t n = keys_.size();

@@ -10,6 +10,7 @@
 
 #include "kiln/core/compile.h"
 #include "kiln/nn/module.h"
+#include "kiln/optim/grad_scaler.h"
 #include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
@@ -30,10 +31,16 @@ namespace kiln::optim {
 /// at every step, those the eager loop would draw. Throws NotImplemented for an optimizer without a
 /// compiled form (Adam and AdamW have one) and when parameters have been stepped different numbers
 /// of times; the model and the optimizer must outlive the step and are not thread-safe while it runs.
+///
+/// With a GradScaler (float16 training), the traced step scales the loss and unscales the
+/// gradients by the scale passed in as an input, and keeps the parameters and the state as they
+/// were when a gradient is inf or NaN; each call then reads that one flag on the host (as PyTorch's
+/// scaler.step does), so the step is evaluated before the call returns, and advances the scaler
+/// and the optimizer's step counts only for a step taken. The returned loss is the unscaled one.
 class CompiledStep {
  public:
   using Loss = std::function<Array(const std::vector<Array>& batch)>;
-  CompiledStep(nn::Module& model, Optimizer& optimizer, Loss loss);
+  CompiledStep(nn::Module& model, Optimizer& optimizer, Loss loss, GradScaler* scaler = nullptr);
 
   /// One step on `batch`; returns the loss.
   Array operator()(const std::vector<Array>& batch);
@@ -47,6 +54,7 @@ class CompiledStep {
   nn::Module& model_;
   Optimizer& opt_;
   Loss loss_;
+  GradScaler* scaler_;
   // What fn_ was traced for: the trainable keys and each one's slot names; the batch's size.
   std::vector<std::string> keys_;
   std::vector<std::vector<std::string>> slot_names_;

@@ -5,6 +5,7 @@
 #include "kiln/optim/adam.h"
 #include "kiln/optim/clip.h"
 #include "kiln/optim/compiled_step.h"
+#include "kiln/optim/grad_scaler.h"
 #include "kiln/optim/lion.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/optim/rmsprop.h"

@@ -38,12 +38,13 @@ Array Bilinear::operator()(const Array& x1, const Array& x2) const {
     throw ShapeError::of("Bilinear", "inputs' leading dimensions differ", "{} and {}", shape_str(x1.shape()),
                          shape_str(x2.shape()));
   // One GEMM: (B, in1) @ (in1, out * in2), then a product with x2 summed over in2.
+  const auto c = detail::compute_dtype(*this);  // a mixed-precision policy's 16-bit dtype
   const int64_t b = shape_size(lead);
-  const Array a = reshape(x1, {b, in1_});
-  const Array w = reshape(transpose(weight.value(), {1, 0, 2}), {in1_, out_ * in2_});
+  const Array a = reshape(detail::to_compute(x1, c), {b, in1_});
+  const Array w = reshape(transpose(detail::to_compute(weight.value(), c), {1, 0, 2}), {in1_, out_ * in2_});
   const Array t = reshape(matmul(a, w), {b, out_, in2_});
-  Array y = sum(t * expand_dims(reshape(x2, {b, in2_}), 1), -1);
-  if (bias.has_value()) y = y + bias.value();
+  Array y = sum(t * expand_dims(reshape(detail::to_compute(x2, c), {b, in2_}), 1), -1);
+  if (bias.has_value()) y = y + detail::to_compute(bias.value(), c);
   Shape out_shape = lead;
   out_shape.push_back(out_);
   return reshape(y, out_shape);

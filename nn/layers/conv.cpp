@@ -102,15 +102,16 @@ Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int kernel_size, Conv1
 }
 
 Array Conv1d::operator()(const Array& x) const {
-  Array in = batched_input("Conv1d", x, 1, in_, "(N, C, L)");
+  const auto c = detail::compute_dtype(*this);  // a mixed-precision policy's 16-bit dtype
+  Array in = detail::to_compute(batched_input("Conv1d", x, 1, in_, "(N, C, L)"), c);
   check_fits("Conv1d", in.shape(), 2, pad_lo_ + pad_hi_, k_, dilation_);
   int p = pad_lo_;
   if (pad_lo_ != pad_hi_) {  // "same" with an odd total: pad explicitly, the extra unit at the end
     in = pad(in, {{0, 0}, {0, 0}, {pad_lo_, pad_hi_}});
     p = 0;
   }
-  Array y = conv1d(in, weight.value(), stride_, p, dilation_, groups_);
-  if (bias.has_value()) y = y + reshape(bias.value(), {out_, 1});
+  Array y = conv1d(in, detail::to_compute(weight.value(), c), stride_, p, dilation_, groups_);
+  if (bias.has_value()) y = y + reshape(detail::to_compute(bias.value(), c), {out_, 1});
   return x.ndim() == 2 ? squeeze(y, Axes{0}) : y;
 }
 
@@ -139,7 +140,8 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, IntPair kernel_size, C
 }
 
 Array Conv2d::operator()(const Array& x) const {
-  Array in = batched_input("Conv2d", x, 2, in_, "(N, C, H, W)");
+  const auto c = detail::compute_dtype(*this);  // a mixed-precision policy's 16-bit dtype
+  Array in = detail::to_compute(batched_input("Conv2d", x, 2, in_, "(N, C, H, W)"), c);
   check_fits("Conv2d", in.shape(), 2, pad_lo_.h + pad_hi_.h, k_.h, dilation_.h);
   check_fits("Conv2d", in.shape(), 3, pad_lo_.w + pad_hi_.w, k_.w, dilation_.w);
   IntPair p = pad_lo_;
@@ -147,9 +149,9 @@ Array Conv2d::operator()(const Array& x) const {
     in = pad(in, {{0, 0}, {0, 0}, {pad_lo_.h, pad_hi_.h}, {pad_lo_.w, pad_hi_.w}});
     p = 0;
   }
-  Array y =
-      conv2d(in, weight.value(), {stride_.h, stride_.w}, {p.h, p.w}, {dilation_.h, dilation_.w}, groups_);
-  if (bias.has_value()) y = y + reshape(bias.value(), {out_, 1, 1});
+  Array y = conv2d(in, detail::to_compute(weight.value(), c), {stride_.h, stride_.w}, {p.h, p.w},
+                   {dilation_.h, dilation_.w}, groups_);
+  if (bias.has_value()) y = y + reshape(detail::to_compute(bias.value(), c), {out_, 1, 1});
   return x.ndim() == 3 ? squeeze(y, Axes{0}) : y;
 }
 
@@ -185,8 +187,9 @@ ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, IntP
 }
 
 Array ConvTranspose2d::operator()(const Array& x) const {
-  Array in = batched_input("ConvTranspose2d", x, 2, in_, "(N, C, H, W)");
-  const Array& w = weight.value();
+  const auto c = detail::compute_dtype(*this);  // a mixed-precision policy's 16-bit dtype
+  Array in = detail::to_compute(batched_input("ConvTranspose2d", x, 2, in_, "(N, C, H, W)"), c);
+  const Array w = detail::to_compute(weight.value(), c);
   auto out_size = [](int64_t n, int s, int p, int d, int k, int op) {
     return (n - 1) * s - 2 * p + d * (k - 1) + op + 1;
   };
@@ -211,7 +214,7 @@ Array ConvTranspose2d::operator()(const Array& x) const {
     return std::vector<Array>{conv2d(v[0], w, stride, padding, dilation, groups)};
   };
   Array y = vjp(forward, {zeros({in.shape(0), out_, oh, ow}, t)}, {cot}).second[0];
-  if (bias.has_value()) y = y + reshape(bias.value(), {out_, 1, 1});
+  if (bias.has_value()) y = y + reshape(detail::to_compute(bias.value(), c), {out_, 1, 1});
   return x.ndim() == 3 ? squeeze(y, Axes{0}) : y;
 }
 

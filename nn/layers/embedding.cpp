@@ -69,7 +69,11 @@ Array Embedding::as_linear(const Array& x) const {
   if (x.ndim() < 1 || x.shape().back() != dim_)
     throw ShapeError::of("Embedding::as_linear", "input's last dimension must be embedding_dim",
                          "expected (..., {}), got {}", dim_, shape_str(x.shape()));
-  if (!quantization_) return linear(x, weight.value());
+  if (!quantization_) {
+    // A tied head is a product: under a mixed-precision policy it computes in the 16-bit dtype.
+    const auto c = detail::compute_dtype(*this);
+    return linear(detail::to_compute(x, c), detail::to_compute(weight.value(), c));
+  }
   return quantized_matmul(x, weight.value(), scales.value(), biases.value(), true, quantization_->group_size,
                           quantization_->bits);
 }

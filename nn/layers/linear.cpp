@@ -30,17 +30,25 @@ Array Linear::operator()(const Array& x) const {
   if (x.ndim() < 1 || x.shape().back() != in_)
     throw ShapeError::of("Linear", "input's last dimension must be in_features", "expected (..., {}), got {}",
                          in_, shape_str(x.shape()));
+  // Under a mixed-precision policy the input and the float parameters go to the 16-bit dtype
+  // (the casts' vjps return the gradients in the parameters' dtype); a quantized base keeps its
+  // own kernel and dtype.
+  const auto c = detail::compute_dtype(*this);
+  const Array xc = detail::to_compute(x, c);
+  const Array b = bias.has_value() ? detail::to_compute(bias.value(), c) : Array();
   Array y;
   if (quantization_) {
     y = quantized_matmul(x, weight.value(), scales.value(), biases.value(), true, quantization_->group_size,
                          quantization_->bits);
     if (bias.has_value()) y = y + bias.value();
   } else {
-    y = linear(x, weight.value(), bias.has_value() ? bias.value() : Array());
+    y = linear(xc, detail::to_compute(weight.value(), c), b);
   }
   if (!has_lora()) return y;
-  const Array xa = is_training() && lora_dropout_ > 0 ? dropout(x, lora_dropout_) : x;
-  return y + linear(linear(xa, lora_A->weight.value()), lora_B->weight.value()) * lora_scale_;
+  const Array xa = is_training() && lora_dropout_ > 0 ? dropout(xc, lora_dropout_) : xc;
+  return y + linear(linear(xa, detail::to_compute(lora_A->weight.value(), c)),
+                    detail::to_compute(lora_B->weight.value(), c)) *
+                 lora_scale_;
 }
 
 void Linear::add_lora(const LoRAOptions& o) {

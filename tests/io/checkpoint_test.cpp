@@ -64,6 +64,7 @@ void expect_same(const nn::ParamTree& got, const nn::ParamTree& want) {
 void expect_same(const Checkpoint& got, const Checkpoint& want) {
   expect_same(got.parameters, want.parameters);
   expect_same(got.optimizer_state, want.optimizer_state);
+  expect_same(got.grad_scaler_state, want.grad_scaler_state);
   EXPECT_EQ(got.step, want.step);
   expect_same(got.random_key, want.random_key, "random_key");
   EXPECT_EQ(got.default_key_state, want.default_key_state);
@@ -116,6 +117,7 @@ Checkpoint full_checkpoint() {
   c.data_position = DataPosition{.epoch = 3, .batch = 2};
   c.metadata = {
       {"config", "mlp-512"}, {"empty", ""}, {std::string("bin\0ary", 7), std::string("\xff\x00\x01", 3)}};
+  c.grad_scaler_state = optim::GradScaler({.init_scale = 1024}).state();
   return c;
 }
 
@@ -205,6 +207,7 @@ const char* section_name(const std::string& tag) {
   if (tag == "STATE") return "state";
   if (tag == "PARAMS") return "parameters";
   if (tag == "OPTIM") return "optimizer_state";
+  if (tag == "SCALER") return "grad_scaler_state";
   return "metadata";
 }
 
@@ -283,7 +286,7 @@ TEST(CheckpointErrors, EmptyFileBadMagicAndUnsupportedVersions) {
     EXPECT_TRUE(contains(e, "unsupported version") && contains(e, std::to_string(version))) << e;
   }
   b = good;
-  put_le(b, 12, 5, 4);  // the section count, without resealing: the header checksum catches it
+  put_le(b, 12, 6, 4);  // the section count, without resealing: the header checksum catches it
   write_bytes(path, b);
   EXPECT_TRUE(contains(format_error(path), "corrupted header"));
   b = good;
@@ -292,13 +295,37 @@ TEST(CheckpointErrors, EmptyFileBadMagicAndUnsupportedVersions) {
   EXPECT_TRUE(contains(format_error(path), "trailing bytes"));
 }
 
+TEST(CheckpointErrors, VersionOneFilesStillLoad) {
+  // A version 1 file is a version 2 file without the last section (SCALER).
+  TempDir dir;
+  const fs::path path = dir / "c.ckpt";
+  const Checkpoint c = small_checkpoint();
+  save_checkpoint(path, c);
+  Bytes b = read_bytes(path);
+  const std::vector<Section> sections = layout(b);
+  ASSERT_EQ(sections.back().tag, "SCALER");
+  b.resize(sections.back().frame);
+  put_le(b, 8, 1, 4);
+  put_le(b, 12, 4, 4);
+  put_le(b, 16, XXH3_64bits(b.data(), 16), 8);
+  write_bytes(path, b);
+  expect_same(load_checkpoint(path), c);
+  // Version 1 with five sections is refused.
+  save_checkpoint(path, c);
+  b = read_bytes(path);
+  put_le(b, 8, 1, 4);
+  put_le(b, 16, XXH3_64bits(b.data(), 16), 8);
+  write_bytes(path, b);
+  EXPECT_TRUE(contains(format_error(path), "wrong number of sections"));
+}
+
 TEST(CheckpointErrors, TruncatedAtEveryOffset) {
   TempDir dir;
   const fs::path path = dir / "c.ckpt";
   save_checkpoint(path, small_checkpoint());
   const Bytes good = read_bytes(path);
   const std::vector<Section> sections = layout(good);
-  ASSERT_EQ(sections.size(), 4u);
+  ASSERT_EQ(sections.size(), 5u);
   for (size_t size = 0; size < good.size(); ++size) {
     write_bytes(path, Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(size)));
     const std::string e = format_error(path);
@@ -414,6 +441,11 @@ TEST(CheckpointErrors, ImplausibleContentsBehindValidChecksums) {
   put_le(b, meta.frame + 8, meta.end + 1 - meta.begin, 8);
   std::vector<Section> longer = sections;
   longer[3].end += 1;
+  for (size_t i = 4; i < longer.size(); ++i) {  // the sections after it move up by one byte
+    ++longer[i].frame;
+    ++longer[i].begin;
+    ++longer[i].end;
+  }
   reseal(b, longer);
   write_bytes(path, b);
   e = format_error(path);
