@@ -7,6 +7,7 @@
 #include "kiln/core/ops/cast.h"
 #include "kiln/core/ops/reduce.h"
 #include "kiln/core/ops/unary.h"
+#include "kiln/nn/mixed_precision.h"
 #include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
@@ -31,7 +32,7 @@ Array GradScaler::scale(const Array& loss) const {
   if (!is_floating(loss.dtype()))
     throw DtypeError::of("GradScaler::scale", "the loss must be floating point", "got {}",
                          dtype_name(loss.dtype()));
-  const Array l = loss.dtype() == float16 || loss.dtype() == bfloat16 ? astype(loss, float32) : loss;
+  const Array l = nn::detail::to_float32(loss);
   return options_.enabled ? l * scale_ : l;
 }
 
